@@ -1,0 +1,343 @@
+// Op names, descriptions for messages, and the shared validation every backend runs first.
+#include "core/op.h"
+
+#include <sstream>
+
+#include "core/backend.h"
+#include "core/error.h"
+
+namespace kvcomp {
+
+const char * op_name(op_type t) {
+    switch (t) {
+        case op_type::copy: return "copy";
+        case op_type::add: return "add";
+        case op_type::gemm: return "gemm";
+        case op_type::rms_norm: return "rms_norm";
+        case op_type::rope: return "rope";
+        case op_type::silu_mul: return "silu_mul";
+        case op_type::softmax: return "softmax";
+        case op_type::get_rows: return "get_rows";
+        case op_type::argmax: return "argmax";
+        case op_type::kv_append: return "kv_append";
+        case op_type::attn_decode: return "attn_decode";
+        case op_type::attn_prefill: return "attn_prefill";
+        case op_type::count: break;
+    }
+    return "?";
+}
+
+namespace {
+
+// Maps each parameter struct to its op_type (the variant index follows the enum order).
+template <typename P>
+constexpr op_type type_of() {
+    constexpr size_t i = [] {
+        op_params v{P{}};
+        return v.index();
+    }();
+    return static_cast<op_type>(i);
+}
+
+struct param_printer {
+    std::ostringstream & os;
+    void operator()(const copy_params & p) { os << "n=" << p.n; }
+    void operator()(const add_params & p) { os << "n=" << p.n; }
+    void operator()(const gemm_params & p) {
+        os << "m=" << p.m << ",n=" << p.n << ",k=" << p.k << ",trans_b=" << p.trans_b << ",batch=" << p.batch;
+        if (p.alpha != 1.0f) os << ",alpha=" << p.alpha;
+        if (p.beta != 0.0f) os << ",beta=" << p.beta;
+    }
+    void operator()(const rms_norm_params & p) { os << "rows=" << p.rows << ",n=" << p.n << ",eps=" << p.eps; }
+    void operator()(const rope_params & p) {
+        os << "tokens=" << p.n_tokens << ",heads=" << p.n_heads << ",hd=" << p.head_dim << ",rot=" << p.rot_dim
+           << ",theta=" << p.theta << ",style=" << (p.style == rope_style::neox ? "neox" : "interleaved");
+    }
+    void operator()(const silu_mul_params & p) { os << "rows=" << p.rows << ",n=" << p.n; }
+    void operator()(const softmax_params & p) { os << "rows=" << p.rows << ",n=" << p.n << ",scale=" << p.scale; }
+    void operator()(const get_rows_params & p) {
+        os << "ids=" << p.n_ids << ",row_len=" << p.row_len << ",table_rows=" << p.n_table_rows;
+    }
+    void operator()(const argmax_params & p) { os << "rows=" << p.rows << ",n=" << p.n; }
+    void kv(const kv_layout & l) {
+        os << "pages=" << l.n_pages << ",kv_heads=" << l.n_kv_heads << ",page=" << l.page_size
+           << ",hd=" << l.head_dim;
+    }
+    void operator()(const kv_append_params & p) {
+        kv(p.kv);
+        os << ",tokens=" << p.n_tokens << ",batch=" << p.batch;
+    }
+    void operator()(const attn_decode_params & p) {
+        os << "batch=" << p.batch << ",q_heads=" << p.n_q_heads << ",";
+        kv(p.kv);
+        os << ",max_len=" << p.max_seq_len;
+        if (p.n_splits) os << ",splits=" << p.n_splits;
+    }
+    void operator()(const attn_prefill_params & p) {
+        os << "batch=" << p.batch << ",tokens=" << p.n_tokens << ",q_heads=" << p.n_q_heads
+           << ",kv_heads=" << p.n_kv_heads << ",hd=" << p.head_dim << ",max_len=" << p.max_seq_len;
+    }
+};
+
+// Validation helpers: each failure names the op (with parameters), the operand and the value.
+struct checker {
+    const op_desc & op;
+    std::string what() const { return describe(op); }
+
+    void operand(const tensor & t, const char * role, std::initializer_list<dtype> types, int64_t numel) const {
+        KVCOMP_CHECK_ARG(t.valid(), what(), ": ", role, " is missing");
+        bool type_ok = false;
+        for (dtype d : types) type_ok = type_ok || d == t.type;
+        if (!type_ok) {
+            std::string allowed;
+            for (dtype d : types) allowed += std::string(allowed.empty() ? "" : "|") + dtype_name(d);
+            KVCOMP_THROW(status::invalid_argument, what(), ": ", role, " has dtype ", dtype_name(t.type),
+                         ", expected ", allowed);
+        }
+        KVCOMP_CHECK_ARG(t.numel() == numel, what(), ": ", role, " has ", t.numel(), " elements (",
+                         describe(t), "), expected ", numel);
+    }
+    void positive(int64_t v, const char * name) const {
+        KVCOMP_CHECK_ARG(v > 0, what(), ": ", name, " must be positive, got ", v);
+    }
+    void non_negative(int64_t v, const char * name) const {
+        KVCOMP_CHECK_ARG(v >= 0, what(), ": ", name, " must be >= 0, got ", v);
+    }
+};
+
+constexpr std::initializer_list<dtype> floats = {dtype::f32, dtype::f16, dtype::bf16};
+
+void check_kv(const checker & c, const kv_layout & l) {
+    c.positive(l.n_pages, "n_pages");
+    c.positive(l.n_kv_heads, "n_kv_heads");
+    c.positive(l.page_size, "page_size");
+    c.positive(l.head_dim, "head_dim");
+}
+
+}  // namespace
+
+template <typename P>
+op_desc make_op(const P & params, std::initializer_list<tensor> src, std::initializer_list<tensor> dst) {
+    KVCOMP_CHECK_ARG(src.size() <= max_op_src && dst.size() <= max_op_dst, op_name(type_of<P>()),
+                     ": too many operands");
+    op_desc op;
+    op.type = type_of<P>();
+    op.params = params;
+    size_t i = 0;
+    for (const tensor & t : src) op.src[i++] = t;
+    i = 0;
+    for (const tensor & t : dst) op.dst[i++] = t;
+    return op;
+}
+
+#define KVCOMP_INSTANTIATE_MAKE_OP(P) \
+    template op_desc make_op<P>(const P &, std::initializer_list<tensor>, std::initializer_list<tensor>);
+KVCOMP_INSTANTIATE_MAKE_OP(copy_params)
+KVCOMP_INSTANTIATE_MAKE_OP(add_params)
+KVCOMP_INSTANTIATE_MAKE_OP(gemm_params)
+KVCOMP_INSTANTIATE_MAKE_OP(rms_norm_params)
+KVCOMP_INSTANTIATE_MAKE_OP(rope_params)
+KVCOMP_INSTANTIATE_MAKE_OP(silu_mul_params)
+KVCOMP_INSTANTIATE_MAKE_OP(softmax_params)
+KVCOMP_INSTANTIATE_MAKE_OP(get_rows_params)
+KVCOMP_INSTANTIATE_MAKE_OP(argmax_params)
+KVCOMP_INSTANTIATE_MAKE_OP(kv_append_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_params)
+#undef KVCOMP_INSTANTIATE_MAKE_OP
+
+std::string describe(const op_desc & op) {
+    std::ostringstream os;
+    os << op_name(op.type) << '(';
+    param_printer pp{os};
+    std::visit(pp, op.params);
+    for (int i = 0; i < max_op_src; ++i)
+        if (op.src[size_t(i)].valid()) os << ",src" << i << '=' << describe(op.src[size_t(i)]);
+    for (int i = 0; i < max_op_dst; ++i)
+        if (op.dst[size_t(i)].valid()) os << ",dst" << i << '=' << describe(op.dst[size_t(i)]);
+    os << ')';
+    return os.str();
+}
+
+void check_op(const op_desc & op) {
+    KVCOMP_CHECK_ARG(op.type < op_type::count && size_t(op.type) == op.params.index(), "op type ",
+                     int(op.type), " does not match its parameter struct (", op.params.index(), ")");
+    const checker c{op};
+    const auto & s = op.src;
+    const auto & d = op.dst;
+    const dtype f32 = dtype::f32, f16 = dtype::f16, i32 = dtype::i32;
+    switch (op.type) {
+        case op_type::copy: {
+            const auto & p = op.get<copy_params>();
+            c.non_negative(p.n, "n");
+            c.operand(s[0], "src", floats, p.n);
+            c.operand(d[0], "dst", floats, p.n);
+            break;
+        }
+        case op_type::add: {
+            const auto & p = op.get<add_params>();
+            c.non_negative(p.n, "n");
+            c.operand(s[0], "a", {f32}, p.n);
+            c.operand(s[1], "b", {f32}, p.n);
+            c.operand(d[0], "dst", {f32}, p.n);
+            break;
+        }
+        case op_type::gemm: {
+            const auto & p = op.get<gemm_params>();
+            c.positive(p.m, "m");
+            c.positive(p.n, "n");
+            c.positive(p.k, "k");
+            c.positive(p.batch, "batch");
+            c.non_negative(p.stride_a, "stride_a");
+            c.non_negative(p.stride_b, "stride_b");
+            c.non_negative(p.stride_c, "stride_c");
+            // Each operand must hold its last batch item.
+            auto need = [&](int64_t stride, int64_t item) { return stride * (p.batch - 1) + item; };
+            KVCOMP_CHECK_ARG(s[0].valid() && s[1].valid() && d[0].valid(), c.what(), ": needs A, B and C");
+            KVCOMP_CHECK_ARG(s[0].numel() >= need(p.stride_a, p.m * p.k), c.what(), ": A has ", s[0].numel(),
+                             " elements, needs ", need(p.stride_a, p.m * p.k));
+            KVCOMP_CHECK_ARG(s[1].numel() >= need(p.stride_b, p.k * p.n), c.what(), ": B has ", s[1].numel(),
+                             " elements, needs ", need(p.stride_b, p.k * p.n));
+            KVCOMP_CHECK_ARG(d[0].numel() >= need(p.stride_c, p.m * p.n), c.what(), ": C has ", d[0].numel(),
+                             " elements, needs ", need(p.stride_c, p.m * p.n));
+            KVCOMP_CHECK_ARG(p.batch == 1 || p.stride_c >= p.m * p.n, c.what(),
+                             ": stride_c must separate the outputs (>= m*n)");
+            const dtype ta = s[0].type, tb = s[1].type, tc = d[0].type;
+            const bool ok = (ta == f32 && tb == f32 && tc == f32) || (ta == f16 && tb == f16 && tc != dtype::bf16 &&
+                                                                      tc != i32 && tc != dtype::u8) ||
+                            (ta == f32 && tb == f16 && tc == f32);
+            KVCOMP_CHECK_ARG(ok, c.what(), ": dtype combination A=", dtype_name(ta), " B=", dtype_name(tb),
+                             " C=", dtype_name(tc), " is not one of f32,f32->f32 | f16,f16->f32|f16 | f32,f16->f32");
+            break;
+        }
+        case op_type::rms_norm: {
+            const auto & p = op.get<rms_norm_params>();
+            c.non_negative(p.rows, "rows");
+            c.positive(p.n, "n");
+            KVCOMP_CHECK_ARG(p.eps >= 0.0f, c.what(), ": eps must be >= 0");
+            c.operand(s[0], "x", {f32}, p.rows * p.n);
+            c.operand(s[1], "weight", {f32, f16}, p.n);
+            c.operand(d[0], "dst", {f32}, p.rows * p.n);
+            break;
+        }
+        case op_type::rope: {
+            const auto & p = op.get<rope_params>();
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.n_heads, "n_heads");
+            c.positive(p.head_dim, "head_dim");
+            KVCOMP_CHECK_ARG(p.rot_dim > 0 && p.rot_dim % 2 == 0 && p.rot_dim <= p.head_dim, c.what(),
+                             ": rot_dim must be even and in (0, head_dim], got ", p.rot_dim);
+            KVCOMP_CHECK_ARG(p.theta > 0.0f, c.what(), ": theta must be positive, got ", p.theta);
+            const int64_t n = p.n_tokens * p.n_heads * p.head_dim;
+            c.operand(s[0], "x", {f32}, n);
+            c.operand(s[1], "positions", {i32}, p.n_tokens);
+            if (s[2].valid()) c.operand(s[2], "freq_factors", {f32}, p.rot_dim / 2);
+            c.operand(d[0], "dst", {f32}, n);
+            break;
+        }
+        case op_type::silu_mul: {
+            const auto & p = op.get<silu_mul_params>();
+            c.non_negative(p.rows, "rows");
+            c.positive(p.n, "n");
+            c.operand(s[0], "gate", {f32}, p.rows * p.n);
+            c.operand(s[1], "up", {f32}, p.rows * p.n);
+            c.operand(d[0], "dst", {f32}, p.rows * p.n);
+            break;
+        }
+        case op_type::softmax: {
+            const auto & p = op.get<softmax_params>();
+            c.non_negative(p.rows, "rows");
+            c.positive(p.n, "n");
+            c.operand(s[0], "x", {f32}, p.rows * p.n);
+            c.operand(d[0], "dst", {f32}, p.rows * p.n);
+            break;
+        }
+        case op_type::get_rows: {
+            const auto & p = op.get<get_rows_params>();
+            c.non_negative(p.n_ids, "n_ids");
+            c.positive(p.row_len, "row_len");
+            c.positive(p.n_table_rows, "n_table_rows");
+            c.operand(s[0], "table", floats, p.n_table_rows * p.row_len);
+            c.operand(s[1], "ids", {i32}, p.n_ids);
+            c.operand(d[0], "dst", {f32}, p.n_ids * p.row_len);
+            break;
+        }
+        case op_type::argmax: {
+            const auto & p = op.get<argmax_params>();
+            c.non_negative(p.rows, "rows");
+            c.positive(p.n, "n");
+            c.operand(s[0], "x", {f32}, p.rows * p.n);
+            c.operand(d[0], "dst", {i32}, p.rows);
+            break;
+        }
+        case op_type::kv_append: {
+            const auto & p = op.get<kv_append_params>();
+            check_kv(c, p.kv);
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.batch, "batch");
+            c.positive(p.nnz_pages, "nnz_pages");
+            const int64_t tok = p.n_tokens * p.kv.n_kv_heads * p.kv.head_dim;
+            const int64_t pool = p.kv.n_pages * p.kv.n_kv_heads * p.kv.page_size * p.kv.head_dim;
+            c.operand(s[0], "k_new", {f32, f16}, tok);
+            c.operand(s[1], "v_new", {f32, f16}, tok);
+            c.operand(s[2], "batch_idx", {i32}, p.n_tokens);
+            c.operand(s[3], "positions", {i32}, p.n_tokens);
+            c.operand(s[4], "indptr", {i32}, p.batch + 1);
+            c.operand(s[5], "indices", {i32}, p.nnz_pages);
+            c.operand(d[0], "k_pages", {f16}, pool);
+            c.operand(d[1], "v_pages", {f16}, pool);
+            break;
+        }
+        case op_type::attn_decode: {
+            const auto & p = op.get<attn_decode_params>();
+            check_kv(c, p.kv);
+            c.positive(p.batch, "batch");
+            c.positive(p.n_q_heads, "n_q_heads");
+            c.positive(p.nnz_pages, "nnz_pages");
+            c.non_negative(p.max_seq_len, "max_seq_len");
+            c.non_negative(p.n_splits, "n_splits");
+            KVCOMP_CHECK_ARG(p.n_q_heads % p.kv.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
+                             ") must be a multiple of n_kv_heads (", p.kv.n_kv_heads, ")");
+            const int64_t q = p.batch * p.n_q_heads * p.kv.head_dim;
+            const int64_t pool = p.kv.n_pages * p.kv.n_kv_heads * p.kv.page_size * p.kv.head_dim;
+            c.operand(s[0], "q", {f32}, q);
+            c.operand(s[1], "k_pages", {f16}, pool);
+            c.operand(s[2], "v_pages", {f16}, pool);
+            c.operand(s[3], "indptr", {i32}, p.batch + 1);
+            c.operand(s[4], "indices", {i32}, p.nnz_pages);
+            c.operand(s[5], "last_page_len", {i32}, p.batch);
+            c.operand(d[0], "out", {f32}, q);
+            break;
+        }
+        case op_type::attn_prefill: {
+            const auto & p = op.get<attn_prefill_params>();
+            c.positive(p.batch, "batch");
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.n_q_heads, "n_q_heads");
+            c.positive(p.n_kv_heads, "n_kv_heads");
+            c.positive(p.head_dim, "head_dim");
+            c.non_negative(p.max_seq_len, "max_seq_len");
+            KVCOMP_CHECK_ARG(p.n_q_heads % p.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
+                             ") must be a multiple of n_kv_heads (", p.n_kv_heads, ")");
+            c.operand(s[0], "q", {f32}, p.n_tokens * p.n_q_heads * p.head_dim);
+            c.operand(s[1], "k", {f16}, p.n_tokens * p.n_kv_heads * p.head_dim);
+            c.operand(s[2], "v", {f16}, p.n_tokens * p.n_kv_heads * p.head_dim);
+            c.operand(s[3], "seq_indptr", {i32}, p.batch + 1);
+            c.operand(d[0], "out", {f32}, p.n_tokens * p.n_q_heads * p.head_dim);
+            break;
+        }
+        case op_type::count: break;
+    }
+    // Every view must lie inside its buffer.
+    auto in_bounds = [&](const tensor & t, const char * role, int i) {
+        if (!t.valid()) return;
+        KVCOMP_CHECK_ARG(t.offset + t.nbytes() <= t.buf->size(), describe(op), ": ", role, i, " (",
+                         describe(t), " at byte ", t.offset, ") overruns its buffer of ", t.buf->size(), " bytes");
+        KVCOMP_CHECK_ARG(t.offset % dtype_size(t.type) == 0, describe(op), ": ", role, i,
+                         " offset ", t.offset, " is not a multiple of its element size");
+    };
+    for (int i = 0; i < max_op_src; ++i) in_bounds(s[size_t(i)], "src", i);
+    for (int i = 0; i < max_op_dst; ++i) in_bounds(d[size_t(i)], "dst", i);
+}
+
+}  // namespace kvcomp

@@ -1,0 +1,189 @@
+// Op descriptors: what a backend can be asked to run.
+//
+// An op is an op_type, a plain parameter struct (one per type, held in op_desc::params) and
+// tensor views for its sources and destinations. Backends answer supports(op) and run(op);
+// tests, benchmarks and `kvcomp info` iterate ops generically through this one shape.
+// The comment on each parameter struct is the contract every backend implements: it names each
+// source (src[i]) and destination (dst[i]), their dtypes and shapes, and the layout.
+//
+// Paged KV cache layout (FlashInfer-style page tables, HND pages):
+//   k_pages, v_pages: f16 [n_pages, n_kv_heads, page_size, head_dim]
+//   indptr  i32 [batch + 1]  : pages of request b are indices[indptr[b] .. indptr[b+1])
+//   indices i32 [nnz_pages]  : page numbers into the pool
+//   last_page_len i32 [batch]: tokens in the last page of request b (1..page_size)
+//   sequence length of b = (indptr[b+1] - indptr[b] - 1) * page_size + last_page_len[b]
+// Page tables are built on the host (host/paged) and uploaded as small i32 arrays.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "core/tensor.h"
+
+namespace kvcomp {
+
+enum class op_type : int32_t {
+    copy,          // copy / convert between f32, f16 and bf16
+    add,           // elementwise sum
+    gemm,          // (batched) matrix product
+    rms_norm,      // RMS normalization with a weight
+    rope,          // rotary position embedding
+    silu_mul,      // silu(gate) * up
+    softmax,       // row softmax with a scale
+    get_rows,      // embedding lookup
+    argmax,        // row argmax
+    kv_append,     // write new K/V tokens into paged fp16 pages
+    attn_decode,   // one query token per request against its paged KV
+    attn_prefill,  // causal attention over a ragged batch of prompts
+    count
+};
+
+const char * op_name(op_type t);
+
+// src0 -> dst0, n elements; dtypes f32/f16/bf16 in any combination (conversion rounds to nearest
+// even). src0 and dst0 must not overlap.
+struct copy_params {
+    int64_t n = 0;
+};
+
+// dst0 = src0 + src1, all f32 [n]. dst0 may alias src0 or src1.
+struct add_params {
+    int64_t n = 0;
+};
+
+// Row-major batched product, for each batch index i:
+//   C_i[m,n] = alpha * A_i[m,k] * op(B_i) + beta * C_i
+//   op(B) = B [k,n] when !trans_b; B stored as [n,k] (a weight matrix [out,in]) when trans_b.
+// src0 A, src1 B, dst0 C. Element strides between batch items: stride_a/b/c (0 = broadcast).
+// dtypes (A, B -> C): f32,f32->f32 | f16,f16->f32 | f16,f16->f16 | f32,f16->f32 (weights in
+// fp16, activations in fp32). Accumulation is fp32 on every backend (fp64 on the CPU oracle).
+// beta != 0 reads C.
+struct gemm_params {
+    int64_t m = 0, n = 0, k = 0;
+    bool trans_b = true;
+    int64_t batch = 1;
+    int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+    float alpha = 1.0f, beta = 0.0f;
+};
+
+// dst0[r,:] = src0[r,:] / sqrt(mean(src0[r,:]^2) + eps) * src1[:]
+// src0 f32 [rows,n], src1 weight f32|f16 [n], dst0 f32 [rows,n] (may alias src0).
+struct rms_norm_params {
+    int64_t rows = 0, n = 0;
+    float eps = 1e-6f;
+};
+
+enum class rope_style : int32_t {
+    neox = 0,        // rotate halves: pairs (i, i + rot_dim/2)   (Hugging Face Llama, Qwen2, Mistral)
+    interleaved = 1  // rotate adjacent pairs (2i, 2i+1)           (original Llama / GPT-J)
+};
+
+// In-place-capable rotary embedding of the first rot_dim features of every head.
+// src0 x f32 [n_tokens, n_heads, head_dim], src1 positions i32 [n_tokens],
+// src2 (optional, may be invalid) freq_factors f32 [rot_dim/2]: inv_freq[i] is divided by it
+// (Llama 3 rope_scaling); dst0 f32 like src0 (may alias src0).
+// angle(pos, i) = pos * theta^(-2i/rot_dim) / freq_factors[i], i in [0, rot_dim/2).
+struct rope_params {
+    int64_t n_tokens = 0, n_heads = 0, head_dim = 0, rot_dim = 0;
+    float theta = 10000.0f;
+    rope_style style = rope_style::neox;
+};
+
+// dst0 = silu(src0) * src1, all f32 [rows, n]; silu(x) = x / (1 + exp(-x)). dst0 may alias.
+struct silu_mul_params {
+    int64_t rows = 0, n = 0;
+};
+
+// dst0[r,:] = softmax(scale * src0[r,:]), f32 [rows, n]. dst0 may alias src0.
+struct softmax_params {
+    int64_t rows = 0, n = 0;
+    float scale = 1.0f;
+};
+
+// dst0[i,:] = src0[src1[i], :]; src0 table f32|f16|bf16 [n_table_rows, row_len],
+// src1 ids i32 [n_ids], dst0 f32 [n_ids, row_len]. An id outside [0, n_table_rows) gives a
+// row of zeros (the engine validates token ids on the host before upload).
+struct get_rows_params {
+    int64_t n_ids = 0, row_len = 0, n_table_rows = 0;
+};
+
+// dst0[r] = index of the largest src0[r,:] (lowest index on ties; NaN never wins).
+// src0 f32 [rows, n], dst0 i32 [rows].
+struct argmax_params {
+    int64_t rows = 0, n = 0;
+};
+
+// Shape of a paged fp16 KV pool (see the top of this file).
+struct kv_layout {
+    int64_t n_pages = 0, n_kv_heads = 0, page_size = 0, head_dim = 0;
+};
+
+// Writes n_tokens new tokens into the pages. Token t belongs to request src2[t] at position
+// src3[t] (0-based, within that request's sequence); its page is
+//   indices[indptr[b] + pos / page_size], slot pos % page_size.
+// src0 k_new, src1 v_new: f32|f16 [n_tokens, n_kv_heads, head_dim]; src2 batch_idx i32 [n_tokens];
+// src3 positions i32 [n_tokens]; src4 indptr i32 [batch+1]; src5 indices i32 [nnz];
+// dst0 k_pages, dst1 v_pages (f16, layout above). Positions must be covered by the page table
+// (checked on the host when the table is built).
+struct kv_append_params {
+    kv_layout kv;
+    int64_t n_tokens = 0, batch = 0, nnz_pages = 0;
+};
+
+// Decode attention: one query token per request against all of its cached tokens.
+// src0 q f32 [batch, n_q_heads, head_dim]; src1 k_pages, src2 v_pages (f16, layout above);
+// src3 indptr, src4 indices, src5 last_page_len (i32); dst0 out f32 [batch, n_q_heads, head_dim].
+// Query head h reads KV head h / (n_q_heads / n_kv_heads) (GQA). A request with 0 tokens
+// gives zeros. max_seq_len bounds every request's length (the host knows it from the page
+// table); backends use it to split long contexts across work-groups (split-KV) and merge.
+// n_splits: 0 = backend's choice, else the number of KV chunks per (request, KV head).
+struct attn_decode_params {
+    kv_layout kv;
+    int64_t batch = 0, n_q_heads = 0, nnz_pages = 0, max_seq_len = 0;
+    float scale = 1.0f;
+    int32_t n_splits = 0;
+};
+
+// Causal prefill attention over a ragged batch: request b owns rows
+// [seq_indptr[b], seq_indptr[b+1]) of q, k and v, and its token j attends to its tokens 0..j.
+// src0 q f32 [n_tokens, n_q_heads, head_dim]; src1 k, src2 v: f16 [n_tokens, n_kv_heads, head_dim];
+// src3 seq_indptr i32 [batch+1]; dst0 out f32 [n_tokens, n_q_heads, head_dim].
+struct attn_prefill_params {
+    int64_t batch = 0, n_tokens = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, max_seq_len = 0;
+    float scale = 1.0f;
+};
+
+using op_params = std::variant<copy_params, add_params, gemm_params, rms_norm_params, rope_params,
+                               silu_mul_params, softmax_params, get_rows_params, argmax_params,
+                               kv_append_params, attn_decode_params, attn_prefill_params>;
+
+constexpr int max_op_src = 6;
+constexpr int max_op_dst = 2;
+
+struct op_desc {
+    op_type type = op_type::copy;
+    op_params params;
+    std::array<tensor, max_op_src> src{};
+    std::array<tensor, max_op_dst> dst{};
+
+    template <typename P>
+    const P & get() const {
+        return std::get<P>(params);
+    }
+};
+
+// Builds a descriptor; the op_type follows from the parameter struct.
+template <typename P>
+op_desc make_op(const P & params, std::initializer_list<tensor> src, std::initializer_list<tensor> dst);
+
+// "gemm(m=3,n=5,k=7,trans_b=1,batch=1,A=f32[3,7],B=f16[5,7],C=f32[3,5])" for messages and test names.
+std::string describe(const op_desc & op);
+
+// Checks that the views agree with the parameters (dtypes, element counts, GQA divisibility,
+// ranges). Throws kvcomp::error(invalid_argument) naming the op, its parameters and the value.
+// Every backend calls it before dispatch (backend::run), so errors are the same everywhere.
+void check_op(const op_desc & op);
+
+}  // namespace kvcomp
