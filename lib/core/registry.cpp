@@ -8,7 +8,7 @@ namespace kvcomp {
 
 namespace {
 
-bool env_flag(const char * name) {
+[[maybe_unused]] bool env_flag(const char * name) {
     const char * v = std::getenv(name);
     return v && *v && std::string(v) != "0";
 }

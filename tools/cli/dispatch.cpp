@@ -1,0 +1,40 @@
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace kvcomp::cli {
+
+namespace {
+
+void print_usage(FILE * out) {
+    std::fprintf(out,
+                 "kvcomp: LLM inference with a compressed KV cache\n\n"
+                 "usage: kvcomp <command> [options]   (kvcomp <command> --help for its options)\n\n"
+                 "commands:\n"
+                 "  info        list backends and devices, driver versions, memory and features\n"
+                 "  selfcheck   run paged decode attention on a backend and compare with the CPU reference\n\n"
+                 "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
+}
+
+}  // namespace
+
+int dispatch(int argc, char ** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+        print_usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const std::string cmd = argv[1];
+    if (cmd == "--version") {
+        std::printf("kvcomp 0.1.0\n");
+        return 0;
+    }
+    if (cmd == "info") return run_info(argc - 1, argv + 1);
+    if (cmd == "selfcheck") return run_selfcheck(argc - 1, argv + 1);
+    std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
+    print_usage(stderr);
+    return 2;
+}
+
+}  // namespace kvcomp::cli
