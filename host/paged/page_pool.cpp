@@ -71,6 +71,13 @@ bool page_table::extend(int32_t seq, int64_t n_new) {
     return true;
 }
 
+bool page_table::reserve(int32_t seq, int64_t total_tokens) {
+    KVCOMP_CHECK_ARG(total_tokens >= 0, "page_table::reserve: total_tokens must be >= 0, got ", total_tokens);
+    auto & s = const_cast<sequence &>(get(seq));
+    const int64_t more = (total_tokens + page_size_ - 1) / page_size_ - int64_t(s.pages.size());
+    return more <= 0 || pool_.allocate(int32_t(more), s.pages);
+}
+
 void page_table::release(int32_t seq) {
     const auto & s = get(seq);
     pool_.release(s.pages);

@@ -67,6 +67,11 @@ public:
     // nothing when the pool cannot supply them. Throws invalid_argument for an unknown sequence.
     bool extend(int32_t seq, int64_t n_new);
 
+    // Makes sure the sequence holds pages for `total_tokens` tokens without changing its length,
+    // so later extend() calls up to that length cannot fail. Returns false and changes nothing
+    // when the pool cannot supply them.
+    bool reserve(int32_t seq, int64_t total_tokens);
+
     // Frees the sequence and its pages.
     void release(int32_t seq);
 

@@ -126,3 +126,19 @@ TEST(page_table, random_churn_returns_pool_to_empty) {
     }  // the table's destructor returns the rest
     EXPECT_EQ(pool.used_pages(), 0);
 }
+
+TEST(page_table, reserve_holds_pages_without_growing) {
+    page_pool pool(4);
+    page_table table(pool, 4);
+    const int32_t a = table.create_sequence(), b = table.create_sequence();
+    ASSERT_TRUE(table.reserve(a, 10));  // 3 pages
+    EXPECT_EQ(table.length(a), 0);
+    EXPECT_EQ(pool.used_pages(), 3);
+    EXPECT_FALSE(table.reserve(b, 8));  // only 1 page left
+    EXPECT_EQ(pool.used_pages(), 3);
+    ASSERT_TRUE(table.extend(a, 10));  // uses the reserved pages
+    EXPECT_EQ(pool.used_pages(), 3);
+    const auto batch = table.batch({a});
+    EXPECT_EQ(batch.indices.size(), 3u);
+    EXPECT_EQ(batch.last_page_len[0], 2);
+}

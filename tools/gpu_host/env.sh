@@ -1,0 +1,18 @@
+# Sourced by the GPU-host scripts: makes the carried build runnable on the GPU host (Ubuntu 24.04,
+# CUDA 13.0, no package manager). Unpacks the Debian runtime packages carried in .carry/debs
+# (CLBlast, Boost.Program_options) without installing them, and registers NVIDIA's OpenCL driver
+# for this shell only (the host registers only PoCL). See ../shared/GPU_HOST.md.
+KVCOMP_CARRY=${KVCOMP_CARRY:-$PWD/.carry}
+mkdir -p /tmp/kvcomp_debs
+for deb in "$KVCOMP_CARRY"/debs/*.deb; do
+  dpkg -x "$deb" /tmp/kvcomp_debs
+done
+export LD_LIBRARY_PATH=/tmp/kvcomp_debs/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+mkdir -p /tmp/kvcomp_icd
+echo /usr/lib/libnvidia-opencl.so.1 > /tmp/kvcomp_icd/nvidia.icd
+if [ ! -e /usr/lib/libnvidia-opencl.so.1 ]; then
+  found=$(ls /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/local/nvidia/lib64/libnvidia-opencl.so.1 2>/dev/null | head -1)
+  [ -n "$found" ] && echo "$found" > /tmp/kvcomp_icd/nvidia.icd
+fi
+export OCL_ICD_VENDORS=/tmp/kvcomp_icd
+export KVCOMP_CL_CACHE_DIR=/tmp/kvcomp_cl_cache
