@@ -1,0 +1,328 @@
+// bench_ops: kernel benchmarks over the test_backend_ops case machinery.
+//
+// For each selected device, in one run:
+//   1. copy bandwidth: the `copy` op f32 -> f32 over --copy-mib MiB (default 1 GiB on GPUs, 64 MiB
+//      on CPU devices); bytes = read + written. Every other speed is also given as a fraction of it.
+//   2. the perf case list of test_backend_ops (perf-sized shapes; shrunk on CPU devices).
+//   3. paged fp16 decode attention, 32 query heads / 8 KV heads / head_dim 128 / page 16, for every
+//      batch x context of --batches and --contexts; GB/s counts the KV bytes read plus q and out.
+// Times are the median of --reps runs after --warmup runs, each timed with the backend's device
+// timer (OpenCL profiling events, CUDA events, wall clock on the CPU). Sizes that do not fit in
+// 80% of the device memory are skipped. A table goes to stdout and, with --csv, rows to a CSV
+// file (header written when the file is new) with the device, driver, backend and git SHA.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "backend_ops_cases.h"
+#include "core/registry.h"
+
+using namespace kvcomp;
+using namespace kvcomp::test;
+
+namespace {
+
+struct options {
+    std::vector<std::string> backends;
+    std::string set = "perf";  // perf | smoke | none
+    std::set<std::string> ops;
+    std::string pattern;
+    std::vector<int64_t> contexts{4096, 32768, 131072};
+    std::vector<int64_t> batches{1, 16};
+    int reps = 20, warmup = 3;
+    int64_t copy_mib = 0;  // 0: by device kind
+    std::string csv, commit = KVCOMP_GIT_SHA;
+    uint64_t seed = 42;
+};
+
+void usage() {
+    std::printf(
+        "usage: bench_ops [options]\n"
+        "  -b NAMES          backends, comma list (cpu, opencl, cuda, opencl:1); default every non-CPU\n"
+        "                    device (the CPU reference only when asked)\n"
+        "  --set S           op cases: perf (default), smoke or none\n"
+        "  -o OPS, -p REGEX  filter the op cases by op name / by parameters\n"
+        "  --contexts LIST   decode contexts, comma list, K = 1024 (default 4K,32K,128K; 'none' to skip)\n"
+        "  --batches LIST    decode batches (default 1,16)\n"
+        "  --reps N          timed runs per case (default 20), median reported\n"
+        "  --warmup N        untimed runs first (default 3)\n"
+        "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
+        "  --csv FILE        append rows to FILE (header if new)\n"
+        "  --commit SHA      git SHA for the CSV (default: baked in at configure time: %s)\n"
+        "  --seed N          data seed\n"
+        "  -h, --help        this text\n",
+        KVCOMP_GIT_SHA);
+}
+
+std::vector<std::string> split(const std::string & s) {
+    std::vector<std::string> out;
+    std::string cur;
+    for (char c : s + ",") {
+        if (c == ',') {
+            if (!cur.empty()) out.push_back(cur);
+            cur.clear();
+        } else if (c != ' ') {
+            cur += char(std::tolower(static_cast<unsigned char>(c)));
+        }
+    }
+    return out;
+}
+
+std::vector<int64_t> parse_sizes(const std::string & s) {
+    std::vector<int64_t> out;
+    if (s == "none") return out;
+    for (const auto & v : split(s)) {
+        size_t used = 0;
+        int64_t n = std::stoll(v, &used);
+        if (used < v.size() && v[used] == 'k')
+            n *= 1024;
+        else if (used != v.size())
+            throw std::invalid_argument("bad size '" + v + "'");
+        if (n <= 0) throw std::invalid_argument("sizes must be positive, got '" + v + "'");
+        out.push_back(n);
+    }
+    return out;
+}
+
+bool parse(int argc, char ** argv, options & o) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "-h" || a == "--help") {
+            usage();
+            return false;
+        } else if (a == "-b") {
+            for (const auto & b : split(value())) o.backends.push_back(b);
+        } else if (a == "--set") {
+            o.set = value();
+            if (o.set != "perf" && o.set != "smoke" && o.set != "none")
+                throw std::invalid_argument("--set must be perf, smoke or none");
+        } else if (a == "-o") {
+            for (const auto & op : split(value())) o.ops.insert(op);
+        } else if (a == "-p") {
+            o.pattern = value();
+            std::regex check(o.pattern);  // throws std::regex_error on a bad pattern
+        } else if (a == "--contexts") {
+            o.contexts = parse_sizes(value());
+        } else if (a == "--batches") {
+            o.batches = parse_sizes(value());
+        } else if (a == "--reps") {
+            o.reps = std::max(1, std::stoi(value()));
+        } else if (a == "--warmup") {
+            o.warmup = std::max(0, std::stoi(value()));
+        } else if (a == "--copy-mib") {
+            o.copy_mib = std::max<int64_t>(1, std::stoll(value()));
+        } else if (a == "--csv") {
+            o.csv = value();
+        } else if (a == "--commit") {
+            o.commit = value();
+        } else if (a == "--seed") {
+            o.seed = std::stoull(value());
+        } else {
+            throw std::invalid_argument("unknown argument '" + a + "' (see --help)");
+        }
+    }
+    return true;
+}
+
+std::string csv_field(const std::string & s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+std::string utc_now() {
+    char buf[32];
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+struct row {
+    std::string op, shape;
+    int64_t batch = -1, context = -1;  // -1: not applicable
+    perf_result r;
+    std::string note;  // "skipped: ..." / "not supported: ..." / "error: ..."
+};
+
+class reporter {
+  public:
+    reporter(const options & o, const device_info & dev) : o_(o), dev_(dev), date_(utc_now()) {
+        if (o.csv.empty()) return;
+        const bool fresh = !std::ifstream(o.csv).good();
+        csv_.open(o.csv, std::ios::app);
+        if (!csv_) throw std::runtime_error("cannot open " + o.csv + " for writing");
+        if (fresh)
+            csv_ << "date,commit,build_type,device,backend,api,driver,op,shape,batch,context,time_ms,min_ms,"
+                    "reps,gbps,"
+                    "gflops,copy_gbps,fraction_of_copy,note\n";
+    }
+    double copy_gbps = 0.0;
+
+    void header() const {
+        std::printf("\n%s: %s (%s %s, driver %s, %.1f GiB)\n", dev_.name.c_str(), dev_.device_name.c_str(),
+                    dev_.api.c_str(), dev_.platform.c_str(), dev_.driver_version.c_str(),
+                    double(dev_.global_mem_bytes) / (1 << 30));
+        std::printf("%-12s %-64s %6s %8s %11s %10s %8s\n", "op", "shape", "batch", "context", "time_ms",
+                    "GB/s", "%copy");
+    }
+    void emit(const row & w) {
+        const double frac = copy_gbps > 0 && w.r.gbps > 0 ? w.r.gbps / copy_gbps : 0.0;
+        const std::string b = w.batch < 0 ? "" : std::to_string(w.batch);
+        const std::string c = w.context < 0 ? "" : std::to_string(w.context);
+        std::string shape = w.shape.size() > 64 ? w.shape.substr(0, 61) + "..." : w.shape;
+        if (!w.note.empty())
+            std::printf("%-12s %-64s %6s %8s  %s\n", w.op.c_str(), shape.c_str(), b.c_str(), c.c_str(),
+                        w.note.c_str());
+        else
+            std::printf("%-12s %-64s %6s %8s %11.4f %10.2f %7.1f%%\n", w.op.c_str(), shape.c_str(), b.c_str(),
+                        c.c_str(), w.r.median_ms, w.r.gbps, 100.0 * frac);
+        std::fflush(stdout);
+        if (!csv_.is_open()) return;
+        csv_ << date_ << ',' << csv_field(o_.commit) << ',' << KVCOMP_BUILD_TYPE << ','
+             << csv_field(dev_.device_name) << ',' << csv_field(dev_.name) << ',' << dev_.api << ','
+             << csv_field(dev_.driver_version) << ',' << w.op << ',' << csv_field(w.shape) << ',' << b << ','
+             << c << ',';
+        if (w.note.empty())
+            csv_ << w.r.median_ms << ',' << w.r.min_ms << ',' << w.r.reps << ',' << w.r.gbps << ','
+                 << w.r.gflops << ',' << copy_gbps << ',' << frac << ",\n";
+        else
+            csv_ << ",,,,," << copy_gbps << ",," << csv_field(w.note) << '\n';
+        csv_.flush();
+    }
+
+  private:
+    const options & o_;
+    const device_info & dev_;
+    std::string date_;
+    std::ofstream csv_;
+};
+
+// Times one case, or explains why not; returns false on an error (not on unsupported / too big).
+bool bench_case(test_case & tc, backend & be, const device_info & dev, const options & o, row & w) {
+    w.op = op_name(tc.op());
+    w.shape = tc.vars();
+    const uint64_t need = tc.device_bytes();
+    if (dev.global_mem_bytes && need > dev.global_mem_bytes / 10 * 8) {
+        w.note = "skipped: needs " + std::to_string(need >> 20) + " MiB of device memory";
+        return true;
+    }
+    try {
+        w.r = time_case(tc, be, o.warmup, o.reps, o.seed);
+        if (!w.r.supported) w.note = "not supported: " + w.r.reason;
+        return true;
+    } catch (const std::exception & e) {
+        w.note = std::string("error: ") + e.what();
+        return false;
+    }
+}
+
+bool bench_device(const device_entry & dev, const options & o) {
+    bool ok = true;
+    reporter rep(o, dev.info);
+    rep.header();
+    std::unique_ptr<backend> be = dev.create();
+
+    // 1. Copy bandwidth: the reference every other number is compared with.
+    {
+        const int64_t mib = o.copy_mib ? o.copy_mib : dev.info.is_gpu ? 1024 : 64;
+        case_ptr c = make_copy_case(dtype::f32, dtype::f32, mib * (int64_t(1) << 20) / 4);
+        row w;
+        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        w.op = "copy_bw";
+        if (w.note.empty()) rep.copy_gbps = w.r.gbps;
+        rep.emit(w);
+    }
+    // 2. The perf case list.
+    if (o.set != "none") {
+        const case_set set = o.set == "smoke"  ? case_set::smoke
+                             : dev.info.is_gpu ? case_set::perf
+                                               : case_set::perf_cpu;
+        const std::regex re(o.pattern.empty() ? ".*" : o.pattern);
+        for (auto & tc : make_test_cases(set)) {
+            if (!o.ops.empty() && !o.ops.count(op_name(tc->op()))) continue;
+            if (!o.pattern.empty() && !std::regex_search(tc->vars(), re)) continue;
+            row w;
+            ok = bench_case(*tc, *be, dev.info, o, w) && ok;
+            rep.emit(w);
+        }
+    }
+    // 3. Paged fp16 decode attention sweep (the uncompressed baseline of every method).
+    for (int64_t batch : o.batches)
+        for (int64_t ctx : o.contexts) {
+            decode_spec s;
+            s.lens.assign(size_t(batch), ctx);
+            s.extra_pages = 0;
+            case_ptr c = make_attn_decode_case(s);
+            row w;
+            ok = bench_case(*c, *be, dev.info, o, w) && ok;
+            w.op = "decode_fp16";
+            w.batch = batch;
+            w.context = ctx;
+            rep.emit(w);
+        }
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    options o;
+    try {
+        if (!parse(argc, argv, o)) return 0;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "bench_ops: %s\n", e.what());
+        return 1;
+    }
+    std::vector<const device_entry *> selected;
+    const auto & devices = list_devices();
+    if (o.backends.empty()) {
+        for (const auto & d : devices)
+            if (d.info.api != "CPU") selected.push_back(&d);
+        if (selected.empty()) {
+            std::printf("bench_ops: no non-CPU device (use -b cpu to benchmark the reference)\n");
+            for (const auto & n : registry_notes()) std::printf("  %s\n", n.c_str());
+            return 0;
+        }
+    } else {
+        for (const auto & b : o.backends) {
+            size_t before = selected.size();
+            for (const auto & d : devices) {
+                std::string api = d.info.api;
+                for (auto & ch : api) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+                if (d.info.name == b || api == b) selected.push_back(&d);
+            }
+            if (selected.size() == before) {
+                try {
+                    create_backend(b);
+                } catch (const std::exception & e) {
+                    std::fprintf(stderr, "bench_ops: %s\n", e.what());
+                }
+                return 1;
+            }
+        }
+    }
+    std::printf("bench_ops: commit %s, %s build, median of %d after %d warm-up runs\n", o.commit.c_str(),
+                KVCOMP_BUILD_TYPE, o.reps, o.warmup);
+    bool ok = true;
+    for (const auto * d : selected) {
+        try {
+            ok = bench_device(*d, o) && ok;
+        } catch (const std::exception & e) {
+            std::fprintf(stderr, "bench_ops: %s: %s\n", d->info.name.c_str(), e.what());
+            ok = false;
+        }
+    }
+    return ok ? 0 : 1;
+}
