@@ -7,5 +7,8 @@ namespace kvcomp::cli {
 int dispatch(int argc, char ** argv);
 int run_info(int argc, char ** argv);
 int run_selfcheck(int argc, char ** argv);
+int run_generate(int argc, char ** argv);
+int run_compare(int argc, char ** argv);
+int run_bench(int argc, char ** argv);
 
 }  // namespace kvcomp::cli

@@ -14,7 +14,10 @@ void print_usage(FILE * out) {
                  "usage: kvcomp <command> [options]   (kvcomp <command> --help for its options)\n\n"
                  "commands:\n"
                  "  info        list backends and devices, driver versions, memory and features\n"
-                 "  selfcheck   run paged decode attention on a backend and compare with the CPU reference\n\n"
+                 "  selfcheck   run paged decode attention on a backend and compare with the CPU reference\n"
+                 "  generate    generate text with a model on a backend, with a KV cache method\n"
+                 "  compare     run a prompt on several backends: do logits and greedy tokens agree?\n"
+                 "  bench       time to first token, time between tokens, tokens/s, KV bytes\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -32,6 +35,9 @@ int dispatch(int argc, char ** argv) {
     }
     if (cmd == "info") return run_info(argc - 1, argv + 1);
     if (cmd == "selfcheck") return run_selfcheck(argc - 1, argv + 1);
+    if (cmd == "generate") return run_generate(argc - 1, argv + 1);
+    if (cmd == "compare") return run_compare(argc - 1, argv + 1);
+    if (cmd == "bench") return run_bench(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;

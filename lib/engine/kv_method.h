@@ -1,0 +1,79 @@
+// The KV-cache method interface: the only way the engine reaches the KV cache.
+//
+// A method decides how K/V are stored (its pages, metadata and their exact byte accounting), how
+// new tokens are appended, how attention reads them, and what maintenance runs between steps
+// (e.g. recompressing a full fp16 window). The fp16 paged cache is the method "none"; compression
+// methods add files that implement this interface and register a name in kv_method.cpp, without
+// touching the engine.
+//
+// Per step, the engine gives the method the projected and RoPE-rotated q/k/v of every new token
+// (f32, token-major) plus the page-table arrays it built on the host (kv_step). The method appends
+// the new K/V of that layer and writes the attention output.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace kvcomp::engine {
+
+// Shapes the method needs, from the model config.
+struct kv_shape {
+    int64_t n_layers = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
+    int64_t n_pages = 0;  // pages per layer in the pool
+    int32_t page_size = 16;
+};
+
+// What one engine step asks of the method (all i32 device arrays live on the step's backend).
+struct kv_step {
+    bool prefill = false;        // true: each request's whole prompt (seq_indptr valid); false: one token each
+    int64_t batch = 0;           // requests in the step
+    int64_t n_tokens = 0;        // new tokens in the step
+    int64_t nnz_pages = 0;       // length of indices
+    int64_t max_seq_len = 0;     // longest request after this step's tokens are appended
+    tensor indptr, indices, last_page_len;  // page table after the append (FlashInfer layout)
+    tensor batch_idx, positions;            // [n_tokens]: request and position of each new token
+    tensor seq_indptr;                      // prefill only: [batch+1] token ranges of the requests
+};
+
+// Options of a method, from the command line ("--method-opt key=value"); each method documents
+// and validates its own keys.
+using method_options = std::map<std::string, std::string>;
+
+class kv_method {
+public:
+    virtual ~kv_method() = default;
+
+    virtual std::string name() const = 0;
+
+    // Allocates the cache for `shape` on `be` (called once, before the first step).
+    virtual void allocate(backend & be, const kv_shape & shape) = 0;
+
+    // Device bytes held by the cache: codes, scales, zero points, sums, outliers, factors, fp16
+    // windows, everything (the compression ratio is computed from this).
+    virtual uint64_t bytes_allocated() const = 0;
+
+    // Bytes the cache needs for `tokens` cached tokens of one request in every layer (pages
+    // rounded up), for peak-usage accounting.
+    virtual uint64_t bytes_for_tokens(int64_t tokens) const = 0;
+
+    // Appends this layer's new k/v (f32 [n_tokens, n_kv_heads, head_dim]) and writes attention of
+    // q (f32 [n_tokens, n_q_heads, head_dim]) over each request's cached tokens to out (same shape
+    // as q). Scale is 1/sqrt(head_dim) of the model.
+    virtual void attend(backend & be, int64_t layer, const kv_step & step, const tensor & q, const tensor & k,
+                        const tensor & v, const tensor & out, float scale) = 0;
+
+    // Called once per step after every layer ran (streaming recompression and the like).
+    virtual void maintain(backend & be, const kv_step & step) {}
+};
+
+// Creates a method by name; throws invalid_argument naming the valid methods for an unknown name
+// or an option the method does not know.
+std::unique_ptr<kv_method> create_kv_method(const std::string & name, const method_options & options);
+std::vector<std::string> kv_method_names();
+
+}  // namespace kvcomp::engine

@@ -1,0 +1,32 @@
+// Test support: writes a small random Llama checkpoint (config.json + model.safetensors) and
+// computes its logits with a straightforward, independent double-precision forward pass, so the
+// engine can be checked against a second implementation of the same math.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvcomp::test {
+
+struct tiny_model_spec {
+    int64_t hidden = 64, intermediate = 128, layers = 2, heads = 4, kv_heads = 2, head_dim = 16;
+    int64_t vocab = 300, max_pos = 512;
+    double rope_theta = 10000.0, rms_eps = 1e-5;
+    bool tie_embeddings = false;
+    std::string weight_dtype = "F32";  // F32, F16 or BF16 in the file
+    int64_t eos = 257;
+    uint64_t seed = 42;
+};
+
+// Writes DIR/config.json and DIR/model.safetensors; returns DIR (created under the temp dir).
+std::string write_tiny_model(const tiny_model_spec & spec, const std::string & name);
+
+// Logits f32 [tokens.size(), vocab] of every position, in double. K and V are rounded to fp16
+// like the KV cache stores them, so the comparison with the engine is tight.
+std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens);
+
+// Greedy continuation of `prompt` by the reference (recomputes the whole sequence per token).
+std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new);
+
+}  // namespace kvcomp::test

@@ -1,0 +1,177 @@
+// kvcomp bench: end-to-end speed of the engine — time to first token, time between tokens,
+// decode tokens/s and KV bytes — for grids of batch sizes and prompt lengths, next to the
+// device's copy bandwidth measured in the same run (the floor of a decode step is the bytes of
+// the weights plus the KV cache over that bandwidth).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+
+namespace kvcomp::cli {
+
+namespace {
+
+std::vector<long> parse_longs(const std::string & s, const char * what) {
+    std::vector<long> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char * end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        KVCOMP_CHECK_ARG(!item.empty() && *end == 0 && v > 0, what, ": '", item, "' is not a positive integer");
+        out.push_back(v);
+    }
+    KVCOMP_CHECK_ARG(!out.empty(), what, ": empty list");
+    return out;
+}
+
+// Device copy bandwidth (bytes read + written per second) with the backend's own copy op.
+double copy_bandwidth_gbps(backend & be, size_t bytes) {
+    const int64_t n = int64_t(bytes / 4);
+    auto a = be.alloc(size_t(n) * 4), b = be.alloc(size_t(n) * 4);
+    std::vector<float> init(size_t(n), 1.0f);
+    be.upload(*a, 0, init.data(), init.size() * 4);
+    const op_desc op = make_op(copy_params{n}, {make_tensor(a.get(), dtype::f32, {n})},
+                               {make_tensor(b.get(), dtype::f32, {n})});
+    be.run(op);
+    std::vector<double> ms;
+    for (int i = 0; i < 10; ++i) {
+        be.timer_start();
+        be.run(op);
+        ms.push_back(be.timer_stop_ms());
+    }
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * double(n) * 4 / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_bench(int argc, char ** argv) {
+    po::options_description desc("options");
+    add_engine_options(desc);
+    desc.add_options()("random-weights", "read only config.json and use random weights (e.g. Llama-3-8B shapes)")(
+        "batches", po::value<std::string>()->default_value("1"), "comma-separated batch sizes")(
+        "prompts", po::value<std::string>()->default_value("512"), "comma-separated prompt lengths (tokens)")(
+        "gen", po::value<long>()->default_value(32), "tokens generated per request")(
+        "max-kv-gib", po::value<double>()->default_value(40.0), "skip grid points whose KV cache would exceed this")(
+        "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
+        "csv", po::value<std::string>(), "append rows to this CSV file")(
+        "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV");
+    po::variables_map vm;
+    if (auto rc = parse_options(argc, argv, desc,
+                                "usage: kvcomp bench --model DIR [--random-weights] [--batches 1,16] [--prompts 4096]\n"
+                                "                    [--gen 32] [--backend NAME] [--method NAME] [--csv FILE]\n\n"
+                                "For each batch size x prompt length: TTFT (until every request of the batch has\n"
+                                "its first token), median time between tokens, decode tokens/s, KV bytes, and the\n"
+                                "decode floor (weights + KV bytes) / copy bandwidth measured in the same run.",
+                                vm))
+        return *rc;
+    try {
+        engine::engine_config cfg = engine_config_from(vm);
+        cfg.random_weights = vm.count("random-weights") > 0;
+        const auto batches = parse_longs(vm["batches"].as<std::string>(), "--batches");
+        const auto prompts = parse_longs(vm["prompts"].as<std::string>(), "--prompts");
+        const long gen = vm["gen"].as<long>();
+        KVCOMP_CHECK_ARG(gen >= 2, "--gen must be >= 2 to measure time between tokens");
+        const host::model_config mc = host::load_model_config(cfg.model_dir);
+        const double kv_token_bytes = double(mc.num_hidden_layers * mc.kv_dim()) * 2 * 2;  // fp16 K and V
+        const double max_kv = vm["max-kv-gib"].as<double>() * double(1ull << 30);
+
+        struct point {
+            long batch, prompt;
+        };
+        std::vector<point> grid;
+        int64_t pages = 0;
+        for (long b : batches)
+            for (long p : prompts) {
+                const double kv = double(b) * double(p + gen) * kv_token_bytes;
+                if (kv > max_kv) {
+                    std::printf("skip batch %ld x prompt %ld: KV cache %.1f GiB > --max-kv-gib\n", b, p, kv / double(1ull << 30));
+                    continue;
+                }
+                grid.push_back({b, p});
+                pages = std::max<int64_t>(pages, b * ((p + gen + cfg.page_size - 1) / cfg.page_size));
+            }
+        KVCOMP_CHECK_ARG(!grid.empty(), "no grid point fits --max-kv-gib");
+        cfg.max_batch = *std::max_element(batches.begin(), batches.end());
+        cfg.max_context = *std::max_element(prompts.begin(), prompts.end()) + gen;
+        cfg.kv_pages = pages;
+        cfg.max_prefill_tokens = std::max<int64_t>(cfg.max_prefill_tokens, cfg.max_context);
+
+        engine::engine eng(cfg);
+        backend & be = eng.device();
+        const double copy_gbps = copy_bandwidth_gbps(be, size_t(vm["copy-mib"].as<long>()) << 20);
+        const uint64_t weight_bytes = eng.stats().weight_bytes;
+        std::printf("bench on %s (%s), method %s, weights %s (%.2f GiB), copy bandwidth %.0f GB/s\n",
+                    be.name().c_str(), be.info().device_name.c_str(), cfg.method.c_str(), dtype_name(cfg.matrix_type),
+                    double(weight_bytes) / double(1ull << 30), copy_gbps);
+        std::printf("%6s %8s %10s %10s %12s %12s %12s %8s\n", "batch", "prompt", "TTFT_ms", "TBT_ms", "decode_tok/s",
+                    "KV_MiB", "floor_ms", "TBT/floor");
+        std::ofstream csv;
+        if (vm.count("csv")) {
+            const std::string path = vm["csv"].as<std::string>();
+            const bool fresh = !std::ifstream(path).good();
+            csv.open(path, std::ios::app);
+            KVCOMP_CHECK_ARG(csv.good(), "--csv: cannot write '", path, "'");
+            if (fresh)
+                csv << "date,commit,device,backend,method,weights,batch,prompt,gen,ttft_ms,tbt_ms,decode_tok_s,kv_bytes,"
+                       "weight_bytes,copy_gbps,floor_ms,tbt_over_floor\n";
+        }
+        std::mt19937 rng(7);
+        for (const point & pt : grid) {
+            std::vector<int64_t> ids;
+            for (long b = 0; b < pt.batch; ++b) {
+                engine::generation_request r;
+                for (long i = 0; i < pt.prompt; ++i) r.prompt.push_back(int32_t(rng() % uint32_t(mc.vocab_size)));
+                r.max_new_tokens = gen;
+                r.stop_at_eos = false;
+                ids.push_back(eng.submit(r));
+            }
+            eng.run();
+            double ttft = 0;
+            std::vector<double> gaps;
+            for (int64_t id : ids) {
+                const auto & res = eng.result(id);
+                KVCOMP_CHECK_ARG(res.finish_reason != "error", "bench: request failed: ", res.error);
+                ttft = std::max(ttft, res.ttft_ms);
+            }
+            // Decode steps after every request was admitted: each step's gap is the same for all
+            // requests, so the last request's gaps are the steady-state decode steps.
+            gaps = eng.result(ids.back()).tbt_ms;
+            const double tbt = median(gaps);
+            const double kv_bytes = double(pt.batch) * double(pt.prompt + gen / 2) * kv_token_bytes;
+            const double floor_ms = (double(weight_bytes) + kv_bytes) / (copy_gbps * 1e9) * 1e3;
+            std::printf("%6ld %8ld %10.1f %10.3f %12.1f %12.1f %12.3f %8.2f\n", pt.batch, pt.prompt, ttft, tbt,
+                        double(pt.batch) / tbt * 1e3, kv_bytes / 1048576.0, floor_ms, tbt / floor_ms);
+            std::fflush(stdout);
+            if (csv.is_open()) {
+                char date[32];
+                const std::time_t now = std::time(nullptr);
+                std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+                csv << date << ',' << vm["commit"].as<std::string>() << ",\"" << be.info().device_name << "\","
+                    << be.name() << ',' << cfg.method << ',' << dtype_name(cfg.matrix_type) << ',' << pt.batch << ','
+                    << pt.prompt << ',' << gen << ',' << ttft << ',' << tbt << ',' << double(pt.batch) / tbt * 1e3 << ','
+                    << uint64_t(kv_bytes) << ',' << weight_bytes << ',' << copy_gbps << ',' << floor_ms << ','
+                    << tbt / floor_ms << '\n';
+            }
+        }
+        return 0;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "kvcomp bench: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // namespace kvcomp::cli
