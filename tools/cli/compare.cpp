@@ -1,6 +1,7 @@
 // kvcomp compare: the same prompt on several backends; do greedy tokens agree, how close are
 // the logits? The first backend is the reference.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/registry.h"
+#include "host/model/safetensors.h"
 #include "host/model/tokenizer_factory.h"
 
 namespace kvcomp::cli {
@@ -31,8 +33,11 @@ int run_compare(int argc, char ** argv) {
     desc.add_options()("backends", po::value<std::string>(),
                        "comma-separated backends; the first is the reference (default: every device, cpu first)")(
         "prompt,p", po::value<std::string>()->default_value("In the beginning God created the heaven and the earth."),
-        "prompt text")("max-tokens,n", po::value<long>()->default_value(32), "greedy tokens to compare")(
+        "prompt text")("no-bos", "do not prepend the begin-of-sequence token")("max-tokens,n", po::value<long>()->default_value(32), "greedy tokens to compare")(
         "max-nmse", po::value<double>()->default_value(1e-3), "logits NMSE above which a backend fails")(
+        "reference", po::value<std::string>(),
+        "safetensors file with the expected outputs (tokens i32 [n], logits f32 [n,vocab], greedy i32 [steps]), e.g.\n"
+        "from tools/gpu_host/hf_oracle.py: every backend is compared with it instead of with the first backend")(
         "json", "machine-readable output");
     po::variables_map vm;
     if (auto rc = parse_options(argc, argv, desc,
@@ -50,14 +55,32 @@ int run_compare(int argc, char ** argv) {
         } else {
             for (const auto & d : list_devices()) names.push_back(d.info.name);
         }
-        KVCOMP_CHECK_ARG(names.size() >= 2, "compare needs at least two backends, got ", names.size());
-        const auto tok = host::load_tokenizer(cfg.model_dir);
-        const auto prompt = tok->encode(vm["prompt"].as<std::string>());
-        const long n_new = vm["max-tokens"].as<long>();
-        const double max_nmse = vm["max-nmse"].as<double>();
-
+        const bool external = vm.count("reference") > 0;
+        KVCOMP_CHECK_ARG(names.size() >= (external ? 1u : 2u), "compare needs at least ", external ? 1 : 2,
+                         " backends, got ", names.size());
+        std::vector<int32_t> prompt, ref_tokens;
         std::vector<float> ref_logits;
-        std::vector<int32_t> ref_tokens;
+        long n_new = vm["max-tokens"].as<long>();
+        if (external) {
+            // The reference run (e.g. Hugging Face transformers) fixes the prompt and the step count.
+            const auto ref = host::tensor_set::open(vm["reference"].as<std::string>());
+            auto ints = [&](const char * name) {
+                const auto v = ref.get(name);
+                KVCOMP_CHECK_ARG(v.type == host::st_dtype::i32, "--reference: tensor ", name, " must be I32");
+                std::vector<int32_t> out(size_t(v.numel()));
+                std::memcpy(out.data(), v.data, out.size() * 4);
+                return out;
+            };
+            prompt = ints("tokens");
+            ref_tokens = ints("greedy");
+            ref_logits = ref.get_floats("logits");
+            n_new = long(ref_tokens.size());
+        } else {
+            host::encode_options eo;
+            eo.add_special = vm.count("no-bos") == 0;
+            prompt = host::load_tokenizer(cfg.model_dir)->encode(vm["prompt"].as<std::string>(), eo);
+        }
+        const double max_nmse = vm["max-nmse"].as<double>();
         nlohmann::json rows = nlohmann::json::array();
         bool all_ok = true;
         for (size_t i = 0; i < names.size(); ++i) {
@@ -69,9 +92,11 @@ int run_compare(int argc, char ** argv) {
             const int64_t id = eng.submit(req);
             eng.run();
             const auto & tokens = eng.result(id).tokens;
-            if (i == 0) {
+            if (i == 0 && !external) {
                 ref_logits = logits, ref_tokens = tokens;
             }
+            KVCOMP_CHECK_ARG(logits.size() == ref_logits.size(), "reference logits have ", ref_logits.size(),
+                             " values, the model gives ", logits.size());
             double num = 0, den = 0;
             for (size_t j = 0; j < logits.size(); ++j) {
                 num += (double(logits[j]) - ref_logits[j]) * (double(logits[j]) - ref_logits[j]);
@@ -84,7 +109,8 @@ int run_compare(int argc, char ** argv) {
                     diverge = long(j);
                     break;
                 }
-            const bool ok = i == 0 || (nmse <= max_nmse && diverge < 0 && std::isfinite(nmse));
+            const bool is_ref = i == 0 && !external;
+            const bool ok = is_ref || (nmse <= max_nmse && diverge < 0 && std::isfinite(nmse));
             all_ok = all_ok && ok;
             rows.push_back({{"backend", eng.device().name()},
                             {"device", eng.device().info().device_name},
@@ -93,10 +119,10 @@ int run_compare(int argc, char ** argv) {
                             {"first_difference", diverge},
                             {"ok", ok}});
             if (!vm.count("json"))
-                std::printf("%-10s %-40.40s logits NMSE %.3g  greedy %ld tokens %s%s\n", eng.device().name().c_str(),
+                std::printf("%-10s %-30.30s logits NMSE %.3g  greedy %ld tokens %s%s\n", eng.device().name().c_str(),
                             eng.device().info().device_name.c_str(), nmse, n_new,
-                            i == 0 ? "(reference)" : diverge < 0 ? "agree" : "DIFFER at ",
-                            i == 0 || diverge < 0 ? "" : std::to_string(diverge).c_str());
+                            is_ref ? "(reference)" : diverge < 0 ? "agree" : "DIFFER at ",
+                            is_ref || diverge < 0 ? "" : std::to_string(diverge).c_str());
         }
         if (vm.count("json"))
             std::printf("%s\n", nlohmann::json({{"prompt_tokens", prompt.size()}, {"results", rows}}).dump(2).c_str());

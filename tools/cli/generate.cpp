@@ -54,7 +54,7 @@ int run_generate(int argc, char ** argv) {
         "top-k", po::value<int>()->default_value(0), "sample from the k most likely tokens (0: all)")(
         "top-p", po::value<float>()->default_value(1.0f), "nucleus sampling mass (1: off)")(
         "seed", po::value<unsigned long>()->default_value(0), "sampling seed")(
-        "bos", "prepend the tokenizer's begin-of-sequence tokens")(
+        "no-bos", "do not prepend the tokenizer's begin-of-sequence token (added by default, as transformers does)")(
         "ignore-eos", "keep generating after an end-of-sequence token")(
         "stats", "print timings and KV usage to stderr")("json", "print one JSON object instead of streaming text");
     po::variables_map vm;
@@ -77,7 +77,7 @@ int run_generate(int argc, char ** argv) {
             const std::string text = vm.count("prompt") ? vm["prompt"].as<std::string>()
                                                         : read_file(vm["prompt-file"].as<std::string>());
             host::encode_options eo;
-            eo.add_special = vm.count("bos") > 0;
+            eo.add_special = vm.count("no-bos") == 0;
             req.prompt = tok->encode(text, eo);
         }
         req.max_new_tokens = vm["max-tokens"].as<long>();
