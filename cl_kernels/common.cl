@@ -1,0 +1,53 @@
+// common.cl: helpers included before every kvcomp kernel file (after the #define preamble).
+//
+// Kernels: none. Provides
+//   - dtype codes KVC_F32 / KVC_F16 / KVC_BF16 (= kvcomp::dtype values 0, 1, 2);
+//   - KVC_TYPE(dt): the pointer element type of a buffer of that dtype (float, half, ushort);
+//   - KVC_LOAD(dt, p, i) -> float and KVC_STORE(dt, p, i, v): element access with conversion.
+//     fp16 is storage only (vload_half / vstore_half_rte: no cl_khr_fp16 needed, so NVIDIA's OpenCL
+//     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
+//     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
+//   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
+//     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
+//     vector load (8 or 16 bytes) instead of four scalar ones.
+// Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
+// Preamble defines used here: none.
+
+#define KVC_F32 0
+#define KVC_F16 1
+#define KVC_BF16 2
+
+#define KVC_CAT_(a, b) a##b
+#define KVC_CAT(a, b) KVC_CAT_(a, b)
+
+inline float kvc_bf16_to_f32(ushort h) { return as_float((uint)h << 16); }
+
+inline ushort kvc_f32_to_bf16(float f) {
+    uint x = as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (ushort)((x >> 16) | 0x40u);  // NaN stays quiet
+    x += 0x7fffu + ((x >> 16) & 1u);                                          // round to nearest even
+    return (ushort)(x >> 16);
+}
+
+#define KVC_T_0 float
+#define KVC_T_1 half
+#define KVC_T_2 ushort
+#define KVC_TYPE(dt) KVC_CAT(KVC_T_, dt)
+
+#define KVC_LD_0(p, i) ((p)[i])
+#define KVC_LD_1(p, i) vload_half((i), (p))
+#define KVC_LD_2(p, i) kvc_bf16_to_f32((p)[i])
+#define KVC_LOAD(dt, p, i) KVC_CAT(KVC_LD_, dt)(p, i)
+
+#define KVC_ST_0(p, i, v) ((p)[i] = (v))
+#define KVC_ST_1(p, i, v) vstore_half_rte((v), (i), (p))
+#define KVC_ST_2(p, i, v) ((p)[i] = kvc_f32_to_bf16(v))
+#define KVC_STORE(dt, p, i, v) KVC_CAT(KVC_ST_, dt)(p, i, v)
+
+#define KVC_LD4_0(p, i) vload4((i), (p))
+#define KVC_LD4_1(p, i) vload_half4((i), (p))
+#define KVC_LOAD4(dt, p, i) KVC_CAT(KVC_LD4_, dt)(p, i)
+
+#define KVC_LDA4_0(p, i) (((const global float4 *)(p))[i])
+#define KVC_LDA4_1(p, i) vloada_half4((i), (p))
+#define KVC_LOADA4(dt, p, i) KVC_CAT(KVC_LDA4_, dt)(p, i)

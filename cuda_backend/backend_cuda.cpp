@@ -1,0 +1,298 @@
+// The CUDA backend: device enumeration, the backend object (one stream, one cuBLAS handle bound
+// to it, a growable workspace), buffers, transfers, timing, and op dispatch to the *.cu files.
+//
+// Environment: KVCOMP_DEBUG_SYNC=1 synchronizes the stream after every op and reports any
+// asynchronous fault against that op (read once per backend, here).
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_cuda.h"
+#include "core/registry.h"
+
+namespace kvcomp::cuda {
+
+std::string cuda_error_string(cudaError_t e) {
+    (void)cudaGetLastError();  // see backend_cuda.h: do not report this failure twice
+    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+std::string cublas_error_string(cublasStatus_t s) {
+    return std::string(cublasGetStatusName(s)) + ": " + cublasGetStatusString(s);
+}
+
+cuda_buffer::~cuda_buffer() {
+    // Destructors must not throw; a failure here (device already faulted) leaves nothing to do.
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != device_) (void)cudaSetDevice(device_);
+    (void)cudaFree(ptr_);
+    if (prev >= 0 && prev != device_) (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+}
+
+void * context::workspace(size_t bytes) {
+    if (bytes <= ws_size_ && ws_) return ws_;
+    // Grow geometrically so a slowly increasing context length does not reallocate every step.
+    const size_t want = std::max(bytes, ws_size_ + ws_size_ / 2);
+    release_workspace();
+    void * p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        const std::string why = cuda_error_string(e);
+        KVCOMP_THROW(e == cudaErrorMemoryAllocation ? status::out_of_memory : status::device_error,
+                     "cuda:", device, ": workspace of ", want, " bytes: ", why);
+    }
+    ws_ = p;
+    ws_size_ = want;
+    return ws_;
+}
+
+void context::release_workspace() {
+    if (!ws_) return;
+    // Ops already enqueued may still read the old workspace.
+    KVCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    KVCOMP_CUDA_CHECK(cudaFree(ws_));
+    ws_ = nullptr;
+    ws_size_ = 0;
+}
+
+namespace {
+
+bool debug_sync_enabled() {
+    const char * v = std::getenv("KVCOMP_DEBUG_SYNC");
+    return v && *v && std::string(v) != "0";
+}
+
+// Own copy of the op names: kvcomp_cuda links only kvcomp_base, not lib/core/op.cpp.
+const char * op_label(op_type t) {
+    static const char * const names[] = {"copy",   "add",       "gemm",        "rms_norm",
+                                         "rope",   "silu_mul",  "softmax",     "get_rows",
+                                         "argmax", "kv_append", "attn_decode", "attn_prefill"};
+    static_assert(sizeof(names) / sizeof(names[0]) == size_t(op_type::count), "op_label is out of date");
+    return size_t(t) < size_t(op_type::count) ? names[size_t(t)] : "?";
+}
+
+// Makes `device` current for the calling thread for the lifetime of the guard; every public
+// method uses one because a backend may be driven from a thread whose current device differs.
+class device_guard {
+  public:
+    explicit device_guard(int device) {
+        KVCOMP_CUDA_CHECK(cudaGetDevice(&prev_));
+        if (prev_ != device)
+            KVCOMP_CUDA_CHECK(cudaSetDevice(device));
+        else
+            prev_ = -1;
+    }
+    ~device_guard() {
+        if (prev_ >= 0) (void)cudaSetDevice(prev_);
+    }
+    device_guard(const device_guard &) = delete;
+    device_guard & operator=(const device_guard &) = delete;
+
+  private:
+    int prev_ = -1;
+};
+
+class cuda_backend : public backend {
+  public:
+    cuda_backend(int device, device_info info) : info_(std::move(info)), debug_sync_(debug_sync_enabled()) {
+        ctx_.device = device;
+        device_guard g(device);
+        KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
+        KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+        KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+        try {
+            // Non-blocking: no implicit ordering with the legacy default stream of other code.
+            KVCOMP_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+            KVCOMP_CUBLAS_CHECK(cublasCreate(&ctx_.cublas));
+            KVCOMP_CUBLAS_CHECK(cublasSetStream(ctx_.cublas, ctx_.stream));
+            // Default math never uses TF32 for fp32 (the contract says fp32 math); forbidding
+            // reduced-precision reductions keeps split-K sums of f16 outputs in fp32.
+            KVCOMP_CUBLAS_CHECK(cublasSetMathMode(
+                ctx_.cublas,
+                cublasMath_t(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+            KVCOMP_CUDA_CHECK(cudaEventCreate(&t0_));
+            KVCOMP_CUDA_CHECK(cudaEventCreate(&t1_));
+        } catch (...) {
+            destroy();
+            throw;
+        }
+    }
+    ~cuda_backend() override {
+        try {
+            device_guard g(ctx_.device);
+            if (ctx_.stream) (void)cudaStreamSynchronize(ctx_.stream);
+            ctx_.release_workspace();
+        } catch (...) {
+            // A faulted device: nothing more can be done while tearing down.
+        }
+        destroy();
+    }
+
+    const device_info & info() const override { return info_; }
+
+    support supports(const op_desc & op) const override {
+        switch (op.type) {
+            case op_type::gemm: return supports_gemm(op);
+            case op_type::attn_decode: return supports_attn_decode(op);
+            case op_type::attn_prefill: return supports_attn_prefill(op);
+            case op_type::count: return support::no("unknown op");
+            default: return support::yes();
+        }
+    }
+
+    buffer_ptr alloc(size_t nbytes) override {
+        device_guard g(ctx_.device);
+        void * p = nullptr;
+        // Never 0 bytes: every buffer has a distinct, valid address.
+        const cudaError_t e = cudaMalloc(&p, nbytes ? nbytes : 1);
+        if (e != cudaSuccess) {
+            const std::string why = cuda_error_string(e);
+            KVCOMP_THROW(e == cudaErrorMemoryAllocation ? status::out_of_memory : status::device_error,
+                         name(), ": cudaMalloc of ", nbytes, " bytes failed: ", why);
+        }
+        return std::make_unique<cuda_buffer>(*this, nbytes, p, ctx_.device);
+    }
+
+    void upload(buffer & dst, size_t offset, const void * src, size_t nbytes) override {
+        check_range(dst, offset, nbytes, "upload");
+        if (nbytes == 0) return;
+        device_guard g(ctx_.device);
+        // Synchronous for the caller: src may be freed as soon as this returns.
+        KVCOMP_CUDA_CHECK(cudaMemcpyAsync(static_cast<cuda_buffer &>(dst).data() + offset, src, nbytes,
+                                          cudaMemcpyHostToDevice, ctx_.stream));
+        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+
+    void download(const buffer & src, size_t offset, void * dst, size_t nbytes) override {
+        check_range(src, offset, nbytes, "download");
+        if (nbytes == 0) return;
+        device_guard g(ctx_.device);
+        KVCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const cuda_buffer &>(src).data() + offset, nbytes,
+                                          cudaMemcpyDeviceToHost, ctx_.stream));
+        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+
+    void synchronize() override {
+        device_guard g(ctx_.device);
+        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    }
+
+    void timer_start() override {
+        device_guard g(ctx_.device);
+        KVCOMP_CUDA_CHECK(cudaEventRecord(t0_, ctx_.stream));
+        timing_ = true;
+    }
+    double timer_stop_ms() override {
+        KVCOMP_CHECK_ARG(timing_, name(), ": timer_stop_ms() without timer_start()");
+        timing_ = false;
+        device_guard g(ctx_.device);
+        KVCOMP_CUDA_CHECK(cudaEventRecord(t1_, ctx_.stream));
+        KVCOMP_CUDA_CHECK(cudaEventSynchronize(t1_));
+        float ms = 0.0f;
+        KVCOMP_CUDA_CHECK(cudaEventElapsedTime(&ms, t0_, t1_));
+        return double(ms);
+    }
+
+  protected:
+    void run_checked(const op_desc & op) override {
+        device_guard g(ctx_.device);
+        switch (op.type) {
+            case op_type::copy: run_copy(ctx_, op); break;
+            case op_type::add: run_add(ctx_, op); break;
+            case op_type::gemm: run_gemm(ctx_, op); break;
+            case op_type::rms_norm: run_rms_norm(ctx_, op); break;
+            case op_type::rope: run_rope(ctx_, op); break;
+            case op_type::silu_mul: run_silu_mul(ctx_, op); break;
+            case op_type::softmax: run_softmax(ctx_, op); break;
+            case op_type::get_rows: run_get_rows(ctx_, op); break;
+            case op_type::argmax: run_argmax(ctx_, op); break;
+            case op_type::kv_append: run_kv_append(ctx_, op); break;
+            case op_type::attn_decode: run_attn_decode(ctx_, op); break;
+            case op_type::attn_prefill: run_attn_prefill(ctx_, op); break;
+            case op_type::count: KVCOMP_THROW(status::internal, name(), ": op_type::count is not an op");
+        }
+        if (debug_sync_) {
+            const cudaError_t e = cudaStreamSynchronize(ctx_.stream);
+            if (e != cudaSuccess)
+                KVCOMP_THROW(status::device_error, name(), ": op ", op_label(op.type),
+                             " failed (KVCOMP_DEBUG_SYNC): ", cuda_error_string(e));
+        }
+    }
+
+  private:
+    void check_range(const buffer & b, size_t offset, size_t nbytes, const char * what) const {
+        KVCOMP_CHECK_ARG(&b.owner() == this, name(), ": ", what, " with a buffer of backend ",
+                         b.owner().name());
+        KVCOMP_CHECK_ARG(offset <= b.size() && nbytes <= b.size() - offset, name(), ": ", what, " of ",
+                         nbytes, " bytes at offset ", offset, " overruns a buffer of ", b.size(), " bytes");
+    }
+
+    void destroy() noexcept {
+        if (t1_) (void)cudaEventDestroy(t1_);
+        if (t0_) (void)cudaEventDestroy(t0_);
+        if (ctx_.cublas) (void)cublasDestroy(ctx_.cublas);
+        if (ctx_.stream) (void)cudaStreamDestroy(ctx_.stream);
+        t0_ = t1_ = nullptr;
+        ctx_.cublas = nullptr;
+        ctx_.stream = nullptr;
+        (void)cudaGetLastError();
+    }
+
+    device_info info_;
+    context ctx_;
+    bool debug_sync_ = false;
+    bool timing_ = false;
+    cudaEvent_t t0_ = nullptr, t1_ = nullptr;
+};
+
+std::string version_string(int v) {  // 13000 -> "13.0"
+    return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+}  // namespace
+
+void enumerate_devices(std::vector<device_entry> & out, std::vector<std::string> & notes) {
+    try {
+        int count = 0;
+        const cudaError_t e = cudaGetDeviceCount(&count);
+        if (e != cudaSuccess || count <= 0) {
+            notes.push_back("CUDA: not available (no device: " +
+                            (e != cudaSuccess ? cuda_error_string(e) : std::string("0 devices")) + ")");
+            return;
+        }
+        int runtime = 0, driver = 0;
+        if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+        if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+        (void)cudaGetLastError();
+        for (int i = 0; i < count; ++i) {
+            cudaDeviceProp prop{};
+            const cudaError_t pe = cudaGetDeviceProperties(&prop, i);
+            if (pe != cudaSuccess) {
+                notes.push_back("CUDA: device " + std::to_string(i) + " skipped: " + cuda_error_string(pe));
+                continue;
+            }
+            device_info d;
+            d.name = "cuda:" + std::to_string(i);
+            d.api = "CUDA";
+            d.device_name = prop.name;
+            d.vendor = "NVIDIA";
+            d.platform = "CUDA runtime " + version_string(runtime);
+            d.driver_version = version_string(driver);
+            d.api_version =
+                "compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor);
+            d.is_gpu = true;
+            d.compute_units = prop.multiProcessorCount;
+            d.global_mem_bytes = uint64_t(prop.totalGlobalMem);
+            const int cc = prop.major * 10 + prop.minor;
+            d.fp16_arith = cc >= 53;
+            d.int8_dot = cc >= 61;  // dp4a
+            out.push_back({d, [i, d] { return std::unique_ptr<backend>(new cuda_backend(i, d)); }});
+        }
+    } catch (const std::exception & ex) {
+        notes.push_back(std::string("CUDA: not available (") + ex.what() + ")");
+    }
+}
+
+}  // namespace kvcomp::cuda

@@ -1,0 +1,98 @@
+// Device helpers shared by the CUDA op files: dtype load/store with the contract's rounding,
+// warp and block reductions, launch-size helpers.
+//
+// Kernels: none here. Layout conventions used by every op file: tensors are contiguous row-major
+// views (core/tensor.h); element indices are int64_t wherever a tensor can exceed 2^31 elements.
+// Conversions to f16/bf16 round to nearest even (__float2half_rn / __float2bfloat16_rn), the
+// same bits as the CPU reference (core/dtype.h) for every non-NaN value.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend_cuda.h"
+
+namespace kvcomp::cuda {
+
+constexpr unsigned full_mask = 0xffffffffu;
+
+// ---- dtype access --------------------------------------------------------------------------
+// Storage types of kvcomp dtypes on the device: float, __half, __nv_bfloat16.
+__device__ __forceinline__ float to_float(float v) {
+    return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+    return __half2float(v);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+    return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// ---- reductions ----------------------------------------------------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(full_mask, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(full_mask, v, o));
+    return v;
+}
+
+// Block-wide sum / max for blockDim.x a multiple of 32 (<= 1024). `scratch` is 32 floats of
+// shared memory; the result is returned to every thread. Safe to call repeatedly with the same
+// scratch (the leading __syncthreads protects the previous call's readers).
+__device__ __forceinline__ float block_sum(float v, float * scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float * scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ---- launch helpers ------------------------------------------------------------------------
+// Blocks for a grid-stride loop over n items: enough to fill the GPU several times over, never
+// more than needed and never above the grid limit.
+inline unsigned grid_stride_blocks(int64_t n, int threads, const context & ctx) {
+    const int64_t needed = (n + threads - 1) / threads;
+    const int64_t cap = int64_t(ctx.sm_count) * 32;
+    return unsigned(std::max<int64_t>(1, std::min(needed, cap)));
+}
+
+// Threads per block for the one-block-per-row kernels (rms_norm, softmax, argmax): long rows (a
+// vocabulary of 128K logits, few rows) get 1024 threads so a handful of blocks still keeps many
+// loads in flight; short rows keep 256 so more rows run at once.
+inline int row_block_threads(int64_t n) { return n >= 4096 ? 1024 : 256; }
+
+}  // namespace kvcomp::cuda

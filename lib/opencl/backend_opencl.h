@@ -1,0 +1,47 @@
+// OpenCL-specific entry points that callers outside lib/opencl may use (tests, `kvcomp info`,
+// benchmarks). This header includes no OpenCL header.
+//
+// Program cache (lib/opencl/program_cache.cpp): every kernel program is compiled lazily on the first
+// use of a (kernel file, #define preamble) pair, cached in memory per OpenCL context and on disk as
+// device binaries. The disk directory is $KVCOMP_CL_CACHE_DIR, else $XDG_CACHE_HOME/kvcomp/cl, else
+// $HOME/.cache/kvcomp/cl; KVCOMP_CL_CACHE_DIR=off disables it. Extra build options come from
+// $KVCOMP_CL_BUILD_OPTIONS. Each variable is read once per process, in program_cache.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+
+namespace kvcomp::cl {
+
+// Counters of one device's program cache (shared by every backend on that device).
+struct program_cache_stats {
+    uint64_t builds = 0;               // programs compiled from source (clBuildProgram on source)
+    uint64_t disk_loads = 0;           // programs created from a cached binary
+    uint64_t memory_hits = 0;          // lookups served by the in-memory cache
+    uint64_t disk_rejects = 0;         // cache files ignored (corrupt, foreign, or refused by the driver)
+    uint64_t disk_write_failures = 0;  // binaries that could not be written (never fatal)
+};
+
+// True when `be` is an OpenCL backend.
+bool is_opencl_backend(const backend & be);
+
+// Compiles `source` as a whole program (no preamble, no common.cl) on be's device through the
+// program cache, exactly like a kernel file. Throws kernel_build_failed with `label`, the build
+// options and the full CL_PROGRAM_BUILD_LOG when it does not compile; invalid_argument when `be` is
+// not an OpenCL backend.
+void compile_for_test(backend & be, const std::string & source, const std::string & label = "test.cl");
+
+program_cache_stats cache_stats(const backend & be);
+
+// Drops the in-memory programs of be's device so the next lookup goes to the disk cache, as a new
+// process would. Kernels already created keep their programs alive.
+void clear_memory_cache(backend & be);
+
+// The disk-cache directory in use ("" when disabled). set_disk_cache_dir() replaces it for the rest
+// of the process ("" or "off" disables): tests point it at a private directory.
+std::string disk_cache_dir();
+void set_disk_cache_dir(const std::string & dir);
+
+}  // namespace kvcomp::cl

@@ -1,0 +1,149 @@
+// gemm: f32 x f32 -> f32 through CLBlast; fp16 and mixed operands through cl_kernels/gemm.cl
+// (tiled kernel); and, for every dtype combination, a GEMV-style kernel when m <= 16 with
+// trans_b (decode-time products with a weight matrix [n, k]: memory bound on the weights, where
+// CLBlast's padded tiles waste most of their work).
+#include <clblast.h>
+
+#include <algorithm>
+
+#include "opencl/cl_common.h"
+
+namespace kvcomp::cl {
+
+namespace {
+
+std::string clblast_status_name(clblast::StatusCode s) {
+    using sc = clblast::StatusCode;
+    const char * n = "CLBlast error";
+    switch (s) {
+#define KVCOMP_CLBLAST_NAME(e) \
+    case sc::e: n = #e; break;
+        // clang-format off
+        KVCOMP_CLBLAST_NAME(kSuccess) KVCOMP_CLBLAST_NAME(kNotImplemented) KVCOMP_CLBLAST_NAME(kInvalidMatrixA)
+        KVCOMP_CLBLAST_NAME(kInvalidMatrixB) KVCOMP_CLBLAST_NAME(kInvalidMatrixC) KVCOMP_CLBLAST_NAME(kInvalidDimension)
+        KVCOMP_CLBLAST_NAME(kInvalidLeadDimA) KVCOMP_CLBLAST_NAME(kInvalidLeadDimB) KVCOMP_CLBLAST_NAME(kInvalidLeadDimC)
+        KVCOMP_CLBLAST_NAME(kInsufficientMemoryA) KVCOMP_CLBLAST_NAME(kInsufficientMemoryB)
+        KVCOMP_CLBLAST_NAME(kInsufficientMemoryC) KVCOMP_CLBLAST_NAME(kInsufficientMemoryTemp)
+        KVCOMP_CLBLAST_NAME(kInvalidBatchCount) KVCOMP_CLBLAST_NAME(kInvalidLocalMemUsage)
+        KVCOMP_CLBLAST_NAME(kDatabaseError) KVCOMP_CLBLAST_NAME(kUnknownError) KVCOMP_CLBLAST_NAME(kUnexpectedError)
+        KVCOMP_CLBLAST_NAME(kOpenCLBuildProgramFailure) KVCOMP_CLBLAST_NAME(kOpenCLOutOfResources)
+        KVCOMP_CLBLAST_NAME(kTempBufferAllocFailure) KVCOMP_CLBLAST_NAME(kNoHalfPrecision)
+        // clang-format on
+#undef KVCOMP_CLBLAST_NAME
+        default: break;
+    }
+    return std::string("clblast::StatusCode::") + n + " (" + std::to_string(int(s)) + ")";
+}
+
+}  // namespace
+
+}  // namespace kvcomp::cl
+
+// Checks a CLBlast call; throws blas_error with the statement, location and status name.
+#define KVCOMP_CLBLAST_CHECK(expr)                                                           \
+    KVCOMP_CHECK_GEN(expr, clblast::StatusCode::kSuccess, ::kvcomp::cl::clblast_status_name, \
+                     ::kvcomp::status::blas_error)
+
+namespace kvcomp::cl {
+
+namespace {
+
+// Up to this many rows of A the GEMV-style kernel (one pass over B, all rows at once) beats the
+// tiled kernel, whose 64-row tiles would be mostly padding (decode batches are 1..16 tokens).
+constexpr int64_t kMaxGemvRows = 16;
+
+void run_clblast(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    const tensor & a = op.src[0];
+    const tensor & b = op.src[1];
+    const tensor & c = op.dst[0];
+    const auto layout = clblast::Layout::kRowMajor;
+    const auto ta = clblast::Transpose::kNo;
+    const auto tb = p.trans_b ? clblast::Transpose::kYes : clblast::Transpose::kNo;
+    const size_t m = size_t(p.m), n = size_t(p.n), k = size_t(p.k);
+    const size_t lda = k, ldb = p.trans_b ? k : n, ldc = n;
+    cl_command_queue queue = be.queue();
+    // Checked on PoCL with CLBlast 1.5.3 (direct and indirect GEMM paths): beta = 0 never reads C
+    // (NaN in C does not leak) and zero strides broadcast correctly in GemmStridedBatched.
+    if (p.batch > 1) {
+        cl_event * ev = be.event_slot();
+        const auto st = clblast::GemmStridedBatched<float>(
+            layout, ta, tb, m, n, k, p.alpha, mem_of(a), size_t(elem_off(a)), lda, size_t(p.stride_a),
+            mem_of(b), size_t(elem_off(b)), ldb, size_t(p.stride_b), p.beta, mem_of(c), size_t(elem_off(c)),
+            ldc, size_t(p.stride_c), size_t(p.batch), &queue, ev);
+        if (st != clblast::StatusCode::kSuccess) be.cancel_event_slot(ev);
+        KVCOMP_CLBLAST_CHECK(st);
+        return;
+    }
+    cl_event * ev = be.event_slot();
+    const auto st = clblast::Gemm<float>(layout, ta, tb, m, n, k, p.alpha, mem_of(a), size_t(elem_off(a)),
+                                         lda, mem_of(b), size_t(elem_off(b)), ldb, p.beta, mem_of(c),
+                                         size_t(elem_off(c)), ldc, &queue, ev);
+    if (st != clblast::StatusCode::kSuccess) be.cancel_event_slot(ev);
+    KVCOMP_CLBLAST_CHECK(st);
+}
+
+void add_dtypes(defines & defs, const op_desc & op) {
+    defs.add("A_DT", dtype_code(op.src[0].type))
+        .add("B_DT", dtype_code(op.src[1].type))
+        .add("C_DT", dtype_code(op.dst[0].type))
+        .add("TRANS_B", op.get<gemm_params>().trans_b ? 1 : 0);
+}
+
+void set_gemm_args(cl_kernel k, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    set_args(k, arg(op.src[0]), cl_ulong(p.stride_a), arg(op.src[1]), cl_ulong(p.stride_b), arg(op.dst[0]),
+             cl_ulong(p.stride_c), to_int(p.m), to_int(p.n), to_int(p.k), cl_float(p.alpha),
+             cl_float(p.beta));
+}
+
+void run_gemv(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    // Aligned vector loads need every row of the operand to start on a 4-element boundary.
+    auto rows_aligned = [&](const tensor & t, int64_t stride) {
+        return elem_off(t) % 4 == 0 && p.k % 4 == 0 && stride % 4 == 0;
+    };
+    const size_t lanes = 32;
+    const size_t cols = std::max<size_t>(1, std::min<size_t>(8, be.dev().max_work_group_size / lanes));
+    defines defs;
+    add_dtypes(defs, op);
+    defs.add("M_ROWS", p.m)
+        .add("LANES", lanes)
+        .add("COLS", cols)
+        .add("VEC_A", rows_aligned(op.src[0], p.stride_a) ? 1 : 0)
+        .add("VEC_B", rows_aligned(op.src[1], p.stride_b) ? 1 : 0);
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_small_m");
+    set_gemm_args(k, op);
+    const size_t local[3] = {lanes, cols, 1};
+    const size_t global[3] = {lanes, size_t(p.n), size_t(p.batch)};
+    be.launch(k, 3, global, local);
+}
+
+void run_tiled(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    // 64x64 tiles with 4x4 per work-item (256 work-items); 32x32 where the device caps work-groups.
+    const size_t tile = be.dev().max_work_group_size >= 256 ? 64 : 32;
+    const size_t tk = 16, wm = 4, wn = 4;
+    defines defs;
+    add_dtypes(defs, op);
+    defs.add("TM", tile).add("TN", tile).add("TK", tk).add("WM", wm).add("WN", wn);
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemm_tiled");
+    set_gemm_args(k, op);
+    const size_t local[3] = {tile / wn, tile / wm, 1};
+    const size_t global[3] = {round_up(size_t(p.n), tile) / wn, round_up(size_t(p.m), tile) / wm,
+                              size_t(p.batch)};
+    be.launch(k, 3, global, local);
+}
+
+}  // namespace
+
+void run_gemm(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    const bool all_f32 =
+        op.src[0].type == dtype::f32 && op.src[1].type == dtype::f32 && op.dst[0].type == dtype::f32;
+    if (p.trans_b && p.m <= kMaxGemvRows) return run_gemv(be, op);
+    if (all_f32) return run_clblast(be, op);
+    run_tiled(be, op);
+}
+
+}  // namespace kvcomp::cl

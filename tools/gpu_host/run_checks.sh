@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU-host visit, part 1: correctness of every backend against the CPU reference, the engine on
+# CUDA and NVIDIA OpenCL, kernel benchmarks with the copy bandwidth of the same run, and the
+# default model against Hugging Face transformers. Expects the build in .carry/bin (see
+# tools/gpu_host/README.md); writes logs and CSVs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source tools/gpu_host/env.sh
+B=.carry/bin
+OUT=${OUT:-/tmp/kvcomp_out}
+mkdir -p "$OUT"
+commit=$(cat .carry/commit 2>/dev/null || echo unknown)
+step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }
+{
+  step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  step $B/kvcomp info
+  KVCOMP_TEST_REQUIRE=cuda step $B/test_backend_ops -b cuda
+  KVCOMP_TEST_REQUIRE=opencl step $B/test_backend_ops -b opencl
+  step $B/kvcomp_unit_tests --gtest_brief=1
+  step $B/kvcomp selfcheck -b cuda
+  step $B/kvcomp selfcheck -b opencl
+  step $B/bench_ops -b cuda,opencl --commit "$commit" --csv "$OUT/bench_ops.csv"
+  step $B/kvcomp compare -m tools/model/default -n 64
+  # Default model against transformers: fp32 weights on both sides (our KV cache is fp16), then fp16.
+  for dt in float32 float16; do
+    w=f32; tol=1e-5
+    [ $dt = float16 ] && w=f16 && tol=1e-3
+    step python3 tools/gpu_host/hf_oracle.py --model tools/model/default --dtype $dt --bos 256 \
+      --text-file tools/model/default/heldout.txt --max-bytes 600 --steps 128 --out /tmp/ref_default_$dt.safetensors
+    step $B/kvcomp compare -m tools/model/default --backends cuda,opencl --weights $w --max-nmse $tol \
+      --reference /tmp/ref_default_$dt.safetensors
+  done
+} 2>&1 | tee "$OUT/checks.log"
