@@ -69,7 +69,16 @@ std::string default_backend_name() {
 
 std::unique_ptr<backend> create_backend(const std::string & requested) {
     std::string name = requested.empty() || requested == "default" ? default_backend_name() : requested;
-    if (name == "opencl" || name == "cuda") name += ":0";
+    if (name == "cuda") name = "cuda:0";
+    if (name == "opencl") {
+        // The best OpenCL device: the first GPU, else device 0 (a host may list PoCL's CPU first).
+        name = "opencl:0";
+        for (const auto & d : list_devices())
+            if (d.info.api == "OpenCL" && d.info.is_gpu) {
+                name = d.info.name;
+                break;
+            }
+    }
     for (const auto & d : list_devices())
         if (d.info.name == name) return d.create();
     std::string why;

@@ -24,8 +24,9 @@ struct device_entry {
 // Every device found, in the order above. Enumerated once per process.
 const std::vector<device_entry> & list_devices();
 
-// Creates a backend by name ("cpu", "opencl", "opencl:1", "cuda:0", "default"). "opencl" and
-// "cuda" mean device 0 of that API. Throws backend_unavailable naming the valid choices.
+// Creates a backend by name ("cpu", "opencl", "opencl:1", "cuda:0", "default"). "cuda" means
+// cuda:0; "opencl" the first OpenCL GPU, else opencl:0. Throws backend_unavailable naming the
+// valid choices.
 std::unique_ptr<backend> create_backend(const std::string & name);
 
 // Name of the backend create_backend("default") picks.

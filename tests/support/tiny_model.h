@@ -10,7 +10,8 @@
 namespace kvcomp::test {
 
 struct tiny_model_spec {
-    int64_t hidden = 64, intermediate = 128, layers = 2, heads = 4, kv_heads = 2, head_dim = 16;
+    // head_dim 64: the smallest head size every backend's attention kernels take.
+    int64_t hidden = 128, intermediate = 192, layers = 2, heads = 4, kv_heads = 2, head_dim = 64;
     int64_t vocab = 300, max_pos = 512;
     double rope_theta = 10000.0, rms_eps = 1e-5;
     bool tie_embeddings = false;
