@@ -13,27 +13,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 #include "host/model/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace kvcomp;
+using kvcomp::test::expect_error;
 using namespace kvcomp::host;
 
 namespace {
 
-// Runs f, expects a kvcomp::error with `code` whose message contains every needle.
-void expect_error(const std::function<void()> & f, status code, const std::vector<std::string> & needles) {
-    try {
-        f();
-    } catch (const error & e) {
-        EXPECT_EQ(status_name(e.code()), std::string(status_name(code))) << e.what();
-        for (const std::string & n : needles)
-            EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-                << "message lacks '" << n << "': " << e.what();
-        return;
-    }
-    ADD_FAILURE() << "no kvcomp::error thrown";
-}
 
 class safetensors_test : public ::testing::Test {
   protected:

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 #include "host/model/bpe_tokenizer.h"
 #include "host/model/pretokenize.h"
 #include "host/model/tokenizer_factory.h"
@@ -22,22 +23,11 @@
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace kvcomp;
+using kvcomp::test::expect_error;
 using namespace kvcomp::host;
 
 namespace {
 
-void expect_error(const std::function<void()> & f, status code, const std::vector<std::string> & needles) {
-    try {
-        f();
-    } catch (const error & e) {
-        EXPECT_EQ(status_name(e.code()), std::string(status_name(code))) << e.what();
-        for (const std::string & n : needles)
-            EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-                << "message lacks '" << n << "': " << e.what();
-        return;
-    }
-    ADD_FAILURE() << "no kvcomp::error thrown";
-}
 
 const std::vector<std::string> k_round_trip_texts = {
     "Hello, world!",
