@@ -167,7 +167,14 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     p.be = create_backend(cfg.backend);
     p.weights = cfg.random_weights ? random_model_weights(*p.be, p.model, cfg.matrix_type, cfg.weight_seed)
                                    : load_model_weights(*p.be, p.model, cfg.model_dir, cfg.matrix_type);
+    // Sliding-window attention (Mistral, some Qwen2) is not implemented: within the window it is
+    // the same as full attention, so contexts are limited to the window to keep results exact.
+    const int64_t window = p.model.sliding_window;
+    KVCOMP_CHECK_ARG(window <= 0 || p.cfg.max_context <= window, "engine: ", cfg.model_dir,
+                     " uses sliding-window attention (window ", window, " tokens), which kvcomp does not implement; "
+                     "max_context ", p.cfg.max_context, " must be <= the window");
     if (p.cfg.max_context <= 0) p.cfg.max_context = p.model.max_position_embeddings;
+    if (window > 0) p.cfg.max_context = std::min(p.cfg.max_context, window);
     KVCOMP_CHECK_ARG(p.cfg.max_context > 0, "engine: the model sets no max_position_embeddings; give max_context");
     const int64_t pages_per_request = (p.cfg.max_context + cfg.page_size - 1) / cfg.page_size;
     if (p.cfg.kv_pages <= 0) p.cfg.kv_pages = pages_per_request * cfg.max_batch;

@@ -34,6 +34,7 @@ struct engine_config {
     int64_t kv_pages = 0;             // pages per layer; 0: max_batch full contexts
     int64_t max_batch = 16;           // requests decoding at once
     int64_t max_context = 0;          // tokens per request (prompt + generated); 0: the model's limit
+                                      // (for sliding-window models at most the window, see engine.cpp)
     int64_t max_prefill_tokens = 8192;
 };
 

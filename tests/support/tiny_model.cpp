@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 std::string write_tiny_model(const tiny_model_spec & s, const std::string & name) {
     const fs::path dir = fs::temp_directory_path() / ("kvcomp_test_" + name);
     fs::create_directories(dir);
-    nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}},
-                          {"model_type", "llama"},
+    nlohmann::json cfg = {{"architectures", {s.qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                          {"model_type", s.qwen2 ? "qwen2" : "llama"},
                           {"hidden_size", s.hidden},
                           {"intermediate_size", s.intermediate},
                           {"num_hidden_layers", s.layers},
@@ -86,6 +86,11 @@ mat linear(const mat & x, const std::vector<float> & W, int64_t out, int64_t in)
     return y;
 }
 
+void add_bias(mat & y, const std::vector<float> & b) {
+    for (auto & row : y)
+        for (size_t i = 0; i < row.size(); ++i) row[i] += double(b[i]);
+}
+
 mat rms_norm(const mat & x, const std::vector<float> & w, double eps) {
     mat y = x;
     for (auto & row : y) {
@@ -132,6 +137,11 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
         mat q = linear(h, m.at(p + "self_attn.q_proj.weight"), nq * hd, H);
         mat k = linear(h, m.at(p + "self_attn.k_proj.weight"), nkv * hd, H);
         mat v = linear(h, m.at(p + "self_attn.v_proj.weight"), nkv * hd, H);
+        if (c.attention_bias) {
+            add_bias(q, m.at(p + "self_attn.q_proj.bias"));
+            add_bias(k, m.at(p + "self_attn.k_proj.bias"));
+            add_bias(v, m.at(p + "self_attn.v_proj.bias"));
+        }
         rope(q, nq, hd, c.rope.theta);
         rope(k, nkv, hd, c.rope.theta);
         for (auto & row : k)

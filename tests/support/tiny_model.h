@@ -16,6 +16,7 @@ struct tiny_model_spec {
     double rope_theta = 10000.0, rms_eps = 1e-5;
     bool tie_embeddings = false;
     std::string weight_dtype = "F32";  // F32, F16 or BF16 in the file
+    bool qwen2 = false;                // Qwen2ForCausalLM: q/k/v projections with biases
     int64_t eos = 257;
     uint64_t seed = 42;
 };

@@ -68,6 +68,20 @@ TEST_P(engine_on, prompt_logits_match_reference) {
     EXPECT_EQ(e.stats().pages_in_use, 0);
 }
 
+TEST_P(engine_on, qwen2_biases_match_reference) {
+    test::tiny_model_spec spec;
+    spec.qwen2 = true;
+    static const std::string dir = test::write_tiny_model(spec, "engine_qwen2");
+    auto cfg = tiny_config(GetParam());
+    cfg.model_dir = dir;
+    engine::engine e(cfg);
+    const auto prompt = make_prompt(21, 9);
+    const auto got = e.prompt_logits(prompt);
+    const auto want = test::reference_logits(dir, prompt);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LE(nmse(got, want), 1e-9) << GetParam();
+}
+
 TEST_P(engine_on, greedy_tokens_match_reference_and_batching_changes_nothing) {
     const std::vector<std::vector<int32_t>> prompts = {make_prompt(5, 2), make_prompt(17, 3), make_prompt(33, 4)};
     const int64_t n_new = 12;
