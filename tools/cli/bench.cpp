@@ -12,6 +12,9 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/progress.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kvcomp::cli {
 
@@ -68,7 +71,8 @@ int run_bench(int argc, char ** argv) {
         "max-kv-gib", po::value<double>()->default_value(40.0), "skip grid points whose KV cache would exceed this")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "csv", po::value<std::string>(), "append rows to this CSV file")(
-        "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV");
+        "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
+        "json", "print the results as one JSON object instead of a table");
     po::variables_map vm;
     if (auto rc = parse_options(argc, argv, desc,
                                 "usage: kvcomp bench --model DIR [--random-weights] [--batches 1,16] [--prompts 4096]\n"
@@ -98,7 +102,8 @@ int run_bench(int argc, char ** argv) {
             for (long p : prompts) {
                 const double kv = double(b) * double(p + gen) * kv_token_bytes;
                 if (kv > max_kv) {
-                    std::printf("skip batch %ld x prompt %ld: KV cache %.1f GiB > --max-kv-gib\n", b, p, kv / double(1ull << 30));
+                    std::fprintf(stderr, "skip batch %ld x prompt %ld: KV cache %.1f GiB > --max-kv-gib\n", b, p,
+                                 kv / double(1ull << 30));
                     continue;
                 }
                 grid.push_back({b, p});
@@ -114,10 +119,12 @@ int run_bench(int argc, char ** argv) {
         backend & be = eng.device();
         const double copy_gbps = copy_bandwidth_gbps(be, size_t(vm["copy-mib"].as<long>()) << 20);
         const uint64_t weight_bytes = eng.stats().weight_bytes;
-        std::printf("bench on %s (%s), method %s, weights %s (%.2f GiB), copy bandwidth %.0f GB/s\n",
+        const bool json = vm.count("json") > 0;
+        nlohmann::json jrows = nlohmann::json::array();
+        if (!json) std::printf("bench on %s (%s), method %s, weights %s (%.2f GiB), copy bandwidth %.0f GB/s\n",
                     be.name().c_str(), be.info().device_name.c_str(), cfg.method.c_str(), dtype_name(cfg.matrix_type),
                     double(weight_bytes) / double(1ull << 30), copy_gbps);
-        std::printf("%6s %8s %10s %10s %12s %12s %12s %8s\n", "batch", "prompt", "TTFT_ms", "TBT_ms", "decode_tok/s",
+        if (!json) std::printf("%6s %8s %10s %10s %12s %12s %12s %8s\n", "batch", "prompt", "TTFT_ms", "TBT_ms", "decode_tok/s",
                     "KV_MiB", "floor_ms", "TBT/floor");
         std::ofstream csv;
         if (vm.count("csv")) {
@@ -130,7 +137,10 @@ int run_bench(int argc, char ** argv) {
                        "weight_bytes,copy_gbps,floor_ms,tbt_over_floor\n";
         }
         std::mt19937 rng(7);
+        progress_bar bar(long(grid.size()));
+        long done_points = 0;
         for (const point & pt : grid) {
+            bar.update(done_points++, concat("batch ", pt.batch, " x prompt ", pt.prompt));
             std::vector<int64_t> ids;
             for (long b = 0; b < pt.batch; ++b) {
                 engine::generation_request r;
@@ -153,8 +163,15 @@ int run_bench(int argc, char ** argv) {
             const double tbt = median(gaps);
             const double kv_bytes = double(pt.batch) * double(pt.prompt + gen / 2) * kv_token_bytes;
             const double floor_ms = (double(weight_bytes) + kv_bytes) / (copy_gbps * 1e9) * 1e3;
-            std::printf("%6ld %8ld %10.1f %10.3f %12.1f %12.1f %12.3f %8.2f\n", pt.batch, pt.prompt, ttft, tbt,
-                        double(pt.batch) / tbt * 1e3, kv_bytes / 1048576.0, floor_ms, tbt / floor_ms);
+            bar.done();
+            if (json)
+                jrows.push_back({{"batch", pt.batch}, {"prompt", pt.prompt}, {"gen", gen}, {"ttft_ms", ttft},
+                                 {"tbt_ms", tbt}, {"decode_tok_s", double(pt.batch) / tbt * 1e3},
+                                 {"kv_bytes", uint64_t(kv_bytes)}, {"floor_ms", floor_ms},
+                                 {"tbt_over_floor", tbt / floor_ms}});
+            else
+                std::printf("%6ld %8ld %10.1f %10.3f %12.1f %12.1f %12.3f %8.2f\n", pt.batch, pt.prompt, ttft, tbt,
+                            double(pt.batch) / tbt * 1e3, kv_bytes / 1048576.0, floor_ms, tbt / floor_ms);
             std::fflush(stdout);
             if (csv.is_open()) {
                 char date[32];
@@ -167,6 +184,16 @@ int run_bench(int argc, char ** argv) {
                     << tbt / floor_ms << '\n';
             }
         }
+        if (json)
+            std::printf("%s\n", nlohmann::json({{"device", be.info().device_name},
+                                                {"backend", be.name()},
+                                                {"method", cfg.method},
+                                                {"weights", dtype_name(cfg.matrix_type)},
+                                                {"weight_bytes", weight_bytes},
+                                                {"copy_gbps", copy_gbps},
+                                                {"results", jrows}})
+                                    .dump(2)
+                                    .c_str());
         return 0;
     } catch (const std::exception & e) {
         std::fprintf(stderr, "kvcomp bench: %s\n", e.what());

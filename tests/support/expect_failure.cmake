@@ -1,0 +1,15 @@
+# Runs EXE with ARGS ('|'-separated) and passes when it exits non-zero (but not by a signal) and
+# its stderr contains EXPECT: a bad input must give a clear message, never a crash or success.
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected failure, got exit code 0; stdout: ${out}")
+endif()
+if(NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "crashed (${rc}); stderr: ${err}")
+endif()
+string(FIND "${err}" "${EXPECT}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "stderr lacks '${EXPECT}': ${err}")
+endif()
+message(STATUS "failed as expected (exit ${rc}): ${err}")
