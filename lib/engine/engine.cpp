@@ -50,10 +50,16 @@ struct engine::impl {
         return int64_t(r.req.prompt.size()) + std::max<int64_t>(r.req.max_new_tokens, 1) - 1;
     }
 
+    // Frees a sequence's pages in the engine's table and whatever the method keeps for it.
+    void release_sequence(int32_t seq) {
+        table->release(seq);
+        method->release(seq);
+    }
+
     void finish(live_request & r, const std::string & reason, const std::string & error = {}) {
         r.res.finish_reason = reason;
         r.res.error = error;
-        if (r.seq >= 0) table->release(r.seq);
+        if (r.seq >= 0) release_sequence(r.seq);
         r.seq = -1;
         r.st = live_request::state::done;
     }
@@ -82,6 +88,7 @@ struct engine::impl {
         s.indptr = pb.indptr, s.indices = pb.indices, s.last_page_len = pb.last_page_len;
         s.max_seq_len = pb.max_seq_len;
         s.batch = int64_t(seqs.size());
+        s.seq_ids = seqs;
     }
 
     void track_peak() {
@@ -182,6 +189,7 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     shape.n_layers = p.model.num_hidden_layers, shape.n_q_heads = p.model.num_attention_heads;
     shape.n_kv_heads = p.model.num_key_value_heads, shape.head_dim = p.model.head_dim;
     shape.n_pages = p.cfg.kv_pages, shape.page_size = cfg.page_size;
+    shape.max_requests = cfg.max_batch;
     p.method->allocate(*p.be, shape);
     p.pool = std::make_unique<host::page_pool>(int32_t(p.cfg.kv_pages));
     p.table = std::make_unique<host::page_table>(*p.pool, cfg.page_size);
@@ -275,8 +283,11 @@ const generation_result & engine::result(int64_t id) const {
 engine_stats engine::stats() const {
     engine_stats s = p_->stats;
     s.pages_in_use = p_->pool->used_pages();
+    s.method_pages_in_use = p_->method->pages_in_use();
     return s;
 }
+
+uint64_t engine::kv_bytes_for_tokens(int64_t tokens) const { return p_->method->bytes_for_tokens(tokens); }
 
 std::vector<float> engine::prompt_logits(const std::vector<int32_t> & prompt) {
     impl & p = *p_;
@@ -305,10 +316,10 @@ std::vector<float> engine::prompt_logits(const std::vector<int32_t> & prompt) {
         out.resize(size_t(logits.numel()));
         p.be->download(*logits.buf, logits.offset, out.data(), out.size() * 4);
     } catch (...) {
-        p.table->release(seq);
+        p.release_sequence(seq);
         throw;
     }
-    p.table->release(seq);
+    p.release_sequence(seq);
     return out;
 }
 

@@ -59,6 +59,7 @@ struct engine_stats {
     uint64_t kv_bytes_allocated = 0;   // the method's whole cache
     uint64_t kv_bytes_peak = 0;        // most cache bytes held by live requests at once
     int64_t pages_in_use = 0;          // now (0 once every request finished)
+    int64_t method_pages_in_use = 0;   // pages of the method's own pool, if it keeps one (e.g. "window")
 };
 
 class engine {
@@ -79,6 +80,10 @@ public:
 
     const generation_result & result(int64_t id) const;
     engine_stats stats() const;
+
+    // Device bytes the KV method holds for one request of `tokens` cached tokens, in every layer
+    // (everything the method stores: codes, metadata, windows), for compression-ratio accounting.
+    uint64_t kv_bytes_for_tokens(int64_t tokens) const;
 
     // Logits (f32 [prompt.size(), vocab]) of every position of a prompt run as one prefill on an
     // empty cache; for cross-backend and oracle comparisons.

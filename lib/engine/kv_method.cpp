@@ -7,6 +7,7 @@
 namespace kvcomp::engine {
 
 std::unique_ptr<kv_method> make_kv_method_none(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_window(const method_options & options);
 
 namespace {
 
@@ -15,6 +16,7 @@ using factory = std::unique_ptr<kv_method> (*)(const method_options &);
 const std::vector<std::pair<std::string, factory>> & methods() {
     static const std::vector<std::pair<std::string, factory>> m = {
         {"none", &make_kv_method_none},
+        {"window", &make_kv_method_window},
     };
     return m;
 }

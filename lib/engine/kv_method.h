@@ -26,6 +26,7 @@ struct kv_shape {
     int64_t n_layers = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
     int64_t n_pages = 0;  // pages per layer in the pool
     int32_t page_size = 16;
+    int64_t max_requests = 1;  // requests holding KV at once (methods with their own page pools size them by it)
 };
 
 // What one engine step asks of the method (all i32 device arrays live on the step's backend).
@@ -38,6 +39,11 @@ struct kv_step {
     tensor indptr, indices, last_page_len;  // page table after the append (FlashInfer layout)
     tensor batch_idx, positions;            // [n_tokens]: request and position of each new token
     tensor seq_indptr;                      // prefill only: [batch+1] token ranges of the requests
+    // Host copies, for methods that keep their own page tables (e.g. "window"):
+    std::vector<int32_t> seq_ids;         // [batch] stable id of each request (the engine's sequence id)
+    std::vector<int32_t> host_positions;  // [n_tokens] as positions
+    std::vector<int32_t> host_batch_idx;  // [n_tokens] as batch_idx
+    std::vector<int32_t> host_seq_indptr; // prefill only: as seq_indptr
 };
 
 // Options of a method, from the command line ("--method-opt key=value"); each method documents
@@ -69,6 +75,13 @@ public:
 
     // Called once per step after every layer ran (streaming recompression and the like).
     virtual void maintain(backend & be, const kv_step & step) {}
+
+    // Called by the engine when sequence `seq` (kv_step::seq_ids) finished: a method that keeps
+    // per-request state returns it (an unknown id is a no-op).
+    virtual void release(int64_t /*seq*/) {}
+
+    // Pages of the method's own pool held now (0 for methods that use the engine's page table).
+    virtual int64_t pages_in_use() const { return 0; }
 };
 
 // Creates a method by name; throws invalid_argument naming the valid methods for an unknown name

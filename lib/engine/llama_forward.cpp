@@ -75,6 +75,8 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
     ks.indptr = view(ip), ks.indices = view(ind), ks.last_page_len = view(last);
     ks.batch_idx = view(bidx), ks.positions = view(pos);
     if (s.prefill) ks.seq_indptr = view(sip);
+    ks.seq_ids = s.seq_ids, ks.host_positions = s.positions, ks.host_batch_idx = s.batch_idx;
+    if (s.prefill) ks.host_seq_indptr = s.seq_indptr;
 
     const int64_t Hd = cfg_.hidden_size, hd = cfg_.head_dim, nq = cfg_.num_attention_heads,
                   nkv = cfg_.num_key_value_heads, I = cfg_.intermediate_size;

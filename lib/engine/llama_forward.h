@@ -22,6 +22,7 @@ struct step_inputs {
     std::vector<int32_t> tokens, positions, batch_idx;   // [n_tokens]
     std::vector<int32_t> indptr, indices, last_page_len;  // page table after the append
     std::vector<int32_t> seq_indptr;                      // prefill: [batch+1]
+    std::vector<int32_t> seq_ids;                         // [batch] the engine's sequence id of each request
     std::vector<int32_t> logit_rows;                      // rows of the step whose logits are wanted
     int64_t batch = 0, max_seq_len = 0;
 };

@@ -1,5 +1,6 @@
 #include "support/tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -118,7 +119,8 @@ double to_half_and_back(double v) { return double(half_to_float(float_to_half(fl
 
 }  // namespace
 
-std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens) {
+std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens,
+                                    const decode_window & w) {
     const ref_model m(dir);
     const auto & c = m.cfg;
     const int64_t H = c.hidden_size, nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -152,17 +154,21 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
         for (size_t t = 0; t < n; ++t)
             for (int64_t hq = 0; hq < nq; ++hq) {
                 const int64_t hk = hq / (nq / nkv);
-                std::vector<double> s(t + 1);
+                // First key this token sees: 0, or the start of its window for decoded tokens.
+                const size_t lo = w.window > 0 && int64_t(t) >= w.prefill_len
+                                      ? size_t(std::max<int64_t>(0, int64_t(t) - w.window))
+                                      : 0;
+                std::vector<double> s(t + 1, 0.0);
                 double mx = -1e300;
-                for (size_t j = 0; j <= t; ++j) {
+                for (size_t j = lo; j <= t; ++j) {
                     double d = 0.0;
                     for (int64_t i = 0; i < hd; ++i) d += q[t][size_t(hq * hd + i)] * k[j][size_t(hk * hd + i)];
                     s[j] = d / std::sqrt(double(hd));
                     mx = std::max(mx, s[j]);
                 }
                 double sum = 0.0;
-                for (double & e : s) sum += e = std::exp(e - mx);
-                for (size_t j = 0; j <= t; ++j)
+                for (size_t j = lo; j <= t; ++j) sum += s[j] = std::exp(s[j] - mx);
+                for (size_t j = lo; j <= t; ++j)
                     for (int64_t i = 0; i < hd; ++i) att[t][size_t(hq * hd + i)] += s[j] / sum * v[j][size_t(hk * hd + i)];
             }
         const mat o = linear(att, m.at(p + "self_attn.o_proj.weight"), H, nq * hd);
@@ -189,11 +195,13 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
     return out;
 }
 
-std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new) {
+std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new,
+                                      decode_window w) {
+    w.prefill_len = int64_t(prompt.size());
     std::vector<int32_t> seq = prompt, out;
     const int64_t V = host::load_model_config(dir).vocab_size;
     for (int64_t i = 0; i < n_new; ++i) {
-        const auto logits = reference_logits(dir, seq);
+        const auto logits = reference_logits(dir, seq, w);
         const float * last = logits.data() + (seq.size() - 1) * size_t(V);
         int32_t best = 0;
         for (int32_t j = 1; j < V; ++j)

@@ -24,11 +24,21 @@ struct tiny_model_spec {
 // Writes DIR/config.json and DIR/model.safetensors; returns DIR (created under the temp dir).
 std::string write_tiny_model(const tiny_model_spec & spec, const std::string & name);
 
+// Optional sliding window of the KV method "window": the first prefill_len tokens (the prompt)
+// attend causally to the whole prefix; every later (decoded) token at position t attends only to
+// positions max(0, t - window) .. t. window 0: full causal attention everywhere.
+struct decode_window {
+    int64_t window = 0, prefill_len = 0;
+};
+
 // Logits f32 [tokens.size(), vocab] of every position, in double. K and V are rounded to fp16
 // like the KV cache stores them, so the comparison with the engine is tight.
-std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens);
+std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens,
+                                    const decode_window & w = {});
 
 // Greedy continuation of `prompt` by the reference (recomputes the whole sequence per token).
-std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new);
+// With w.window > 0 the prompt is the prefill (w.prefill_len is taken as prompt.size()).
+std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new,
+                                      decode_window w = {});
 
 }  // namespace kvcomp::test

@@ -146,6 +146,24 @@ INSTANTIATE_TEST_SUITE_P(backends, engine_on, ::testing::ValuesIn(backends_to_te
                              return n;
                          });
 
+TEST(engine, fp16_cache_bytes_are_exact) {
+    // layers x tokens x KV heads x head dim x 2 bytes x 2 (K and V), with pages of one token and
+    // with whole pages of 16.
+    const test::tiny_model_spec spec;
+    for (int32_t page : {1, 16}) {
+        auto cfg = tiny_config("cpu");
+        cfg.page_size = page;
+        engine::engine e(cfg);
+        for (int64_t tokens : {16, 48, 256}) {
+            const uint64_t want = uint64_t(spec.layers * tokens * spec.kv_heads * spec.head_dim * 2 * 2);
+            EXPECT_EQ(e.kv_bytes_for_tokens(tokens), want) << "page " << page << ", tokens " << tokens;
+        }
+        EXPECT_EQ(e.kv_bytes_for_tokens(17), uint64_t(spec.layers * (page == 1 ? 17 : 32) * spec.kv_heads * spec.head_dim * 4));
+        EXPECT_EQ(e.stats().kv_bytes_allocated,
+                  uint64_t(spec.layers * cfg.max_batch * cfg.max_context * spec.kv_heads * spec.head_dim * 4));
+    }
+}
+
 TEST(engine, unknown_method_and_bad_checkpoint_are_clear_errors) {
     auto cfg = tiny_config("cpu");
     cfg.method = "zipzap";

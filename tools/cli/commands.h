@@ -10,5 +10,6 @@ int run_selfcheck(int argc, char ** argv);
 int run_generate(int argc, char ** argv);
 int run_compare(int argc, char ** argv);
 int run_bench(int argc, char ** argv);
+int run_eval(int argc, char ** argv);
 
 }  // namespace kvcomp::cli

@@ -17,7 +17,8 @@ void print_usage(FILE * out) {
                  "  selfcheck   run paged decode attention on a backend and compare with the CPU reference\n"
                  "  generate    generate text with a model on a backend, with a KV cache method\n"
                  "  compare     run a prompt on several backends: do logits and greedy tokens agree?\n"
-                 "  bench       time to first token, time between tokens, tokens/s, KV bytes\n\n"
+                 "  bench       time to first token, time between tokens, tokens/s, KV bytes\n"
+                 "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -38,6 +39,7 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "generate") return run_generate(argc - 1, argv + 1);
     if (cmd == "compare") return run_compare(argc - 1, argv + 1);
     if (cmd == "bench") return run_bench(argc - 1, argv + 1);
+    if (cmd == "eval") return run_eval(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;

@@ -1,0 +1,168 @@
+// kvcomp eval: a task's score with a KV method next to the uncompressed score of the same run,
+// with the KV bytes the method actually allocates and the resulting compression ratio.
+//
+// Tasks: line_retrieval (exact match of the greedy answer, LongEval style, host/eval) and
+// greedy_agreement (how many of N greedy tokens match the uncompressed run before the first
+// difference, on windows of a text file). Each (task, context) gives one row; rows go to stdout,
+// and with --csv to a file in the schema of docs/data (see tools/cli/results_csv.h).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/progress.h"
+#include "cli/results_csv.h"
+#include "host/eval/line_retrieval.h"
+#include "host/model/tokenizer_factory.h"
+
+namespace kvcomp::cli {
+
+namespace {
+
+struct method_run {
+    double score = 0.0;
+    double kv_bytes = 0.0;  // per request, mean over examples
+    std::vector<std::vector<int32_t>> outputs;
+};
+
+// Runs every prompt as one request (continuous batching does the rest) and returns the outputs.
+method_run run_prompts(engine::engine & eng, const std::vector<std::vector<int32_t>> & prompts, int64_t n_new) {
+    std::vector<int64_t> ids;
+    for (const auto & p : prompts) {
+        engine::generation_request r;
+        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
+        ids.push_back(eng.submit(r));
+    }
+    eng.run();
+    method_run m;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const auto & res = eng.result(ids[i]);
+        KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
+        m.outputs.push_back(res.tokens);
+        m.kv_bytes += double(eng.kv_bytes_for_tokens(int64_t(prompts[i].size() + res.tokens.size()) - 1));
+    }
+    m.kv_bytes /= double(ids.size());
+    return m;
+}
+
+std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, const std::string & path, int64_t context,
+                                               int64_t count) {
+    std::ifstream f(path, std::ios::binary);
+    KVCOMP_CHECK_ARG(f.good(), "cannot read text file '", path, "'");
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    KVCOMP_CHECK_ARG(!text.empty(), "text file '", path, "' is empty");
+    KVCOMP_CHECK_ARG(host::utf8_is_valid(text), "text file '", path, "' is not valid UTF-8");
+    const auto ids = tok.encode(text);
+    KVCOMP_CHECK_ARG(int64_t(ids.size()) >= context, "text file '", path, "' has ", ids.size(),
+                     " tokens, fewer than the context ", context);
+    std::vector<std::vector<int32_t>> out;
+    const int64_t stride = std::max<int64_t>(1, (int64_t(ids.size()) - context) / std::max<int64_t>(1, count));
+    for (int64_t i = 0; i < count; ++i) {
+        std::vector<int32_t> w;
+        if (tok.bos_id() >= 0) w.push_back(tok.bos_id());
+        const int64_t start = std::min<int64_t>(i * stride, int64_t(ids.size()) - context);
+        w.insert(w.end(), ids.begin() + start, ids.begin() + start + context - int64_t(w.size()));
+        out.push_back(std::move(w));
+    }
+    return out;
+}
+
+}  // namespace
+
+int run_eval(int argc, char ** argv) {
+    po::options_description desc("options");
+    add_engine_options(desc);
+    desc.add_options()("task,t", po::value<std::string>()->default_value("line_retrieval"),
+                       "line_retrieval or greedy_agreement")(
+        "contexts", po::value<std::string>()->default_value("1024"), "comma-separated context lengths (tokens)")(
+        "examples", po::value<long>()->default_value(50), "examples per context")(
+        "gen", po::value<long>()->default_value(32), "greedy_agreement: tokens generated per example")(
+        "text-file", po::value<std::string>(), "greedy_agreement: text to cut windows from (default: MODEL/heldout.txt)")(
+        "seed", po::value<unsigned long>()->default_value(1), "task data seed")(
+        "csv", po::value<std::string>(), "append one row per context to this CSV")(
+        "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
+        "json", "print the rows as JSON");
+    po::variables_map vm;
+    if (auto rc = parse_options(argc, argv, desc,
+                                "usage: kvcomp eval --model DIR --method NAME [--method-opt K=V] [--task line_retrieval]\n"
+                                "                   [--contexts 512,1024] [--examples 50] [--backend NAME] [--csv FILE]\n\n"
+                                "Scores the method on the task and, in the same run, the uncompressed cache (method\n"
+                                "none); reports both with the KV bytes per request each allocates and the ratio.",
+                                vm))
+        return *rc;
+    try {
+        engine::engine_config cfg = engine_config_from(vm);
+        const std::string task = vm["task"].as<std::string>();
+        KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "greedy_agreement", "unknown task '", task,
+                         "'; valid tasks: line_retrieval, greedy_agreement");
+        const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
+        const long n = vm["examples"].as<long>(), gen = vm["gen"].as<long>();
+        KVCOMP_CHECK_ARG(n > 0 && gen > 0, "--examples and --gen must be positive");
+        const auto tok = host::load_tokenizer(cfg.model_dir);
+        const std::string text_file =
+            vm.count("text-file") ? vm["text-file"].as<std::string>() : cfg.model_dir + "/heldout.txt";
+        const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+        cfg.max_context = std::max<int64_t>(cfg.max_context, max_ctx + gen + 8);
+        cfg.max_batch = std::min<int64_t>(cfg.max_batch, n);
+
+        engine::engine_config base_cfg = cfg;
+        base_cfg.method = "none";
+        base_cfg.method_opts.clear();
+        engine::engine eng(cfg);
+        std::unique_ptr<engine::engine> base;
+        if (cfg.method != "none") base = std::make_unique<engine::engine>(base_cfg);
+
+        result_rows rows(vm.count("csv") ? vm["csv"].as<std::string>() : "", vm["commit"].as<std::string>());
+        progress_bar bar(long(contexts.size()));
+        long done = 0;
+        for (int64_t ctx : contexts) {
+            bar.update(done++, concat(task, " @ ", ctx));
+            result_row row = rows.start(eng, cfg, task, ctx);
+            row.examples = n;
+            row.seed = vm["seed"].as<unsigned long>();
+            if (task == "line_retrieval") {
+                const auto ex = host::make_line_retrieval(*tok, ctx, n, row.seed);
+                std::vector<std::vector<int32_t>> prompts;
+                for (const auto & e : ex) prompts.push_back(e.prompt);
+                const int64_t ans_len = int64_t(tok->encode(ex[0].answer).size());
+                auto score = [&](engine::engine & e, method_run & m) {
+                    m = run_prompts(e, prompts, ans_len);
+                    long hits = 0;
+                    for (size_t i = 0; i < ex.size(); ++i) hits += tok->decode(m.outputs[i], true) == ex[i].answer;
+                    m.score = double(hits) / double(ex.size());
+                };
+                method_run mine, ref;
+                score(eng, mine);
+                if (base) score(*base, ref); else ref = mine;
+                row.metric = "exact_match", row.value = mine.score, row.baseline_value = ref.score;
+                row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
+            } else {
+                const auto prompts = text_windows(*tok, text_file, ctx, n);
+                method_run mine = run_prompts(eng, prompts, gen);
+                method_run ref = base ? run_prompts(*base, prompts, gen) : mine;
+                double agree = 0;
+                for (size_t i = 0; i < prompts.size(); ++i) {
+                    size_t k = 0;
+                    while (k < mine.outputs[i].size() && k < ref.outputs[i].size() && mine.outputs[i][k] == ref.outputs[i][k]) ++k;
+                    agree += double(k) / double(gen);
+                }
+                row.metric = "greedy_prefix_agreement", row.value = agree / double(prompts.size()), row.baseline_value = 1.0;
+                row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
+            }
+            rows.finish(row, vm.count("json") > 0);
+        }
+        bar.done();
+        rows.close(vm.count("json") > 0);
+        return 0;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "kvcomp eval: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // namespace kvcomp::cli

@@ -1,0 +1,88 @@
+#include "cli/results_csv.h"
+
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+namespace kvcomp::cli {
+
+namespace {
+
+const char * k_header =
+    "date,commit,device,backend,model,method,method_opts,task,context,examples,seed,metric,value,baseline_value,"
+    "kv_bytes,kv_bytes_baseline,compression_ratio";
+
+std::string quoted(const std::string & s) {
+    std::string out = "\"";
+    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_positive_list(const std::string & s, const char * option) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char * end = nullptr;
+        const long long v = std::strtoll(item.c_str(), &end, 10);
+        KVCOMP_CHECK_ARG(!item.empty() && *end == 0 && v > 0, option, ": '", item, "' is not a positive integer");
+        out.push_back(v);
+    }
+    KVCOMP_CHECK_ARG(!out.empty(), option, ": empty list");
+    return out;
+}
+
+result_rows::result_rows(const std::string & csv_path, const std::string & commit) : commit_(commit) {
+    if (csv_path.empty()) return;
+    const bool fresh = !std::ifstream(csv_path).good();
+    csv_.open(csv_path, std::ios::app);
+    KVCOMP_CHECK_ARG(csv_.good(), "--csv: cannot write '", csv_path, "'");
+    if (fresh) csv_ << k_header << '\n';
+}
+
+result_row result_rows::start(engine::engine & eng, const engine::engine_config & cfg, const std::string & task,
+                              int64_t context) const {
+    result_row r;
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    r.date = date, r.commit = commit_, r.device = eng.device().info().device_name, r.backend = eng.device().name();
+    r.model = cfg.model_dir, r.method = cfg.method, r.task = task, r.context = context;
+    for (const auto & kv : cfg.method_opts) r.method_opts += (r.method_opts.empty() ? "" : ";") + kv.first + "=" + kv.second;
+    return r;
+}
+
+void result_rows::finish(const result_row & r, bool json) {
+    const double ratio = r.kv_bytes > 0 ? r.kv_bytes_baseline / r.kv_bytes : 0.0;
+    if (json) {
+        json_rows_.push_back({{"task", r.task}, {"context", r.context}, {"method", r.method},
+                              {"method_opts", r.method_opts}, {"metric", r.metric}, {"value", r.value},
+                              {"baseline_value", r.baseline_value}, {"kv_bytes", r.kv_bytes},
+                              {"kv_bytes_baseline", r.kv_bytes_baseline}, {"compression_ratio", ratio},
+                              {"examples", r.examples}, {"backend", r.backend}, {"device", r.device}});
+    } else {
+        if (!header_printed_)
+            std::printf("%-18s %8s %-14s %-24s %8s %8s %12s %12s %7s\n", "task", "context", "method", "metric", "value",
+                        "none", "KV_bytes", "none_bytes", "ratio");
+        header_printed_ = true;
+        std::printf("%-18s %8lld %-14s %-24s %8.4f %8.4f %12.0f %12.0f %7.2f\n", r.task.c_str(), (long long)r.context,
+                    (r.method + (r.method_opts.empty() ? "" : ":" + r.method_opts)).c_str(), r.metric.c_str(), r.value,
+                    r.baseline_value, r.kv_bytes, r.kv_bytes_baseline, ratio);
+        std::fflush(stdout);
+    }
+    if (csv_.is_open()) {
+        csv_ << r.date << ',' << r.commit << ',' << quoted(r.device) << ',' << r.backend << ',' << quoted(r.model) << ','
+             << r.method << ',' << quoted(r.method_opts) << ',' << r.task << ',' << r.context << ',' << r.examples << ','
+             << r.seed << ',' << r.metric << ',' << r.value << ',' << r.baseline_value << ',' << r.kv_bytes << ','
+             << r.kv_bytes_baseline << ',' << ratio << '\n';
+        csv_.flush();
+    }
+}
+
+void result_rows::close(bool json) {
+    if (json) std::printf("%s\n", json_rows_.dump(2).c_str());
+}
+
+}  // namespace kvcomp::cli
