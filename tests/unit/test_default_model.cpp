@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/registry.h"
+#include "support/backends.h"
 #include "engine/engine.h"
 #include "host/model/tokenizer_factory.h"
 
@@ -29,15 +30,6 @@ std::vector<int32_t> greedy(const std::string & backend, const std::vector<int32
     return e.result(id).tokens;
 }
 
-std::vector<std::string> backends() {
-    std::vector<std::string> names, apis;
-    for (const auto & d : list_devices())
-        if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
-            apis.push_back(d.info.api);
-            names.push_back(d.info.name);
-        }
-    return names;
-}
 
 TEST(default_model, same_greedy_tokens_on_every_backend) {
     const auto tok = host::load_tokenizer(model_dir);
@@ -46,7 +38,7 @@ TEST(default_model, same_greedy_tokens_on_every_backend) {
     const auto prompt = tok->encode("And God said, Let there be", eo);
     const auto ref = greedy("cpu", prompt, 32);
     ASSERT_EQ(ref.size(), 32u);
-    for (const auto & b : backends()) EXPECT_EQ(greedy(b, prompt, 32), ref) << b;
+    for (const auto & b : test::backends_to_test()) EXPECT_EQ(greedy(b, prompt, 32), ref) << b;
 }
 
 TEST(default_model, answers_line_retrieval) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/registry.h"
+#include "support/backends.h"
 #include "engine/engine.h"
 #include "support/tiny_model.h"
 
@@ -14,16 +15,6 @@ using namespace kvcomp;
 
 namespace {
 
-std::vector<std::string> backends_to_test() {
-    // The CPU reference and the first device of each other API.
-    std::vector<std::string> names, apis;
-    for (const auto & d : list_devices())
-        if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
-            apis.push_back(d.info.api);
-            names.push_back(d.info.name);
-        }
-    return names;
-}
 
 const std::string & tiny_dir() {
     static const std::string dir = test::write_tiny_model(test::tiny_model_spec{}, "engine");
@@ -41,11 +32,6 @@ engine::engine_config tiny_config(const std::string & backend) {
     return c;
 }
 
-std::vector<int32_t> make_prompt(size_t n, int32_t salt) {
-    std::vector<int32_t> p;
-    for (size_t i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + size_t(salt) * 11 + 5) % 256));
-    return p;
-}
 
 double nmse(const std::vector<float> & a, const std::vector<float> & b) {
     double num = 0, den = 0;
@@ -60,7 +46,7 @@ class engine_on : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(engine_on, prompt_logits_match_reference) {
     engine::engine e(tiny_config(GetParam()));
-    const auto prompt = make_prompt(37, 1);  // crosses two page boundaries
+    const auto prompt = test::make_prompt(37, 1);  // crosses two page boundaries
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(tiny_dir(), prompt);
     ASSERT_EQ(got.size(), want.size());
@@ -75,7 +61,7 @@ TEST_P(engine_on, qwen2_biases_match_reference) {
     auto cfg = tiny_config(GetParam());
     cfg.model_dir = dir;
     engine::engine e(cfg);
-    const auto prompt = make_prompt(21, 9);
+    const auto prompt = test::make_prompt(21, 9);
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(dir, prompt);
     ASSERT_EQ(got.size(), want.size());
@@ -83,7 +69,7 @@ TEST_P(engine_on, qwen2_biases_match_reference) {
 }
 
 TEST_P(engine_on, greedy_tokens_match_reference_and_batching_changes_nothing) {
-    const std::vector<std::vector<int32_t>> prompts = {make_prompt(5, 2), make_prompt(17, 3), make_prompt(33, 4)};
+    const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(5, 2), test::make_prompt(17, 3), test::make_prompt(33, 4)};
     const int64_t n_new = 12;
     std::vector<std::vector<int32_t>> alone;
     for (const auto & p : prompts) {
@@ -118,9 +104,9 @@ TEST_P(engine_on, bad_requests_fail_alone) {
     cfg.kv_pages = 4;  // 64 tokens in the pool
     engine::engine e(cfg);
     engine::generation_request ok, too_long, too_big;
-    ok.prompt = make_prompt(10, 5), ok.max_new_tokens = 5;
-    too_long.prompt = make_prompt(300, 6);  // longer than the 256-token context
-    too_big.prompt = make_prompt(60, 7), too_big.max_new_tokens = 20;  // needs 79 cached tokens
+    ok.prompt = test::make_prompt(10, 5), ok.max_new_tokens = 5;
+    too_long.prompt = test::make_prompt(300, 6);  // longer than the 256-token context
+    too_big.prompt = test::make_prompt(60, 7), too_big.max_new_tokens = 20;  // needs 79 cached tokens
     const int64_t a = e.submit(ok), b = e.submit(too_long), c = e.submit(too_big);
     e.run();
     EXPECT_NE(e.result(a).finish_reason, "error") << e.result(a).error;
@@ -138,13 +124,7 @@ TEST_P(engine_on, bad_requests_fail_alone) {
     EXPECT_THROW(e.submit(bad), kvcomp::error);
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, engine_on, ::testing::ValuesIn(backends_to_test()),
-                         [](const auto & param_info) {
-                             std::string n = param_info.param;
-                             for (char & ch : n)
-                                 if (ch == ':') ch = '_';
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(backends, engine_on, ::testing::ValuesIn(test::backends_to_test()), test::backend_param_name());
 
 TEST(engine, fp16_cache_bytes_are_exact) {
     // layers x tokens x KV heads x head dim x 2 bytes x 2 (K and V), with pages of one token and

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/registry.h"
+#include "support/backends.h"
 #include "engine/engine.h"
 #include "engine/llama_forward.h"
 #include "engine/model_weights.h"
@@ -20,16 +21,6 @@ using namespace kvcomp;
 
 namespace {
 
-std::vector<std::string> backends_to_test() {
-    // The CPU reference and the first device of each other API (as test_engine.cpp).
-    std::vector<std::string> names, apis;
-    for (const auto & d : list_devices())
-        if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
-            apis.push_back(d.info.api);
-            names.push_back(d.info.name);
-        }
-    return names;
-}
 
 const std::string & tiny_dir() {
     static const std::string dir = test::write_tiny_model(test::tiny_model_spec{}, "kv_window");
@@ -49,11 +40,6 @@ engine::engine_config tiny_config(const std::string & backend, const std::string
     return c;
 }
 
-std::vector<int32_t> make_prompt(size_t n, int32_t salt) {
-    std::vector<int32_t> p;
-    for (size_t i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + size_t(salt) * 11 + 5) % 256));
-    return p;
-}
 
 double nmse(const float * a, const float * b, size_t n) {
     double num = 0, den = 0;
@@ -105,8 +91,8 @@ class window_on : public ::testing::TestWithParam<std::string> {};
 // (1) A window that holds every token: the same prompt logits (bit for bit: the same prefill ops)
 // and the same greedy tokens as "none", batched.
 TEST_P(window_on, window_covering_the_sequence_equals_none) {
-    const std::vector<std::vector<int32_t>> prompts = {make_prompt(5, 2), make_prompt(17, 3),
-                                                       make_prompt(33, 4)};
+    const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(5, 2), test::make_prompt(17, 3),
+                                                       test::make_prompt(33, 4)};
     const int64_t n_new = 12;  // longest sequence: 33 + 12 - 1 = 44 cached tokens
     engine::engine none(tiny_config(GetParam(), "none", 0)), win(tiny_config(GetParam(), "window", 44));
     EXPECT_EQ(win.prompt_logits(prompts[2]), none.prompt_logits(prompts[2]));
@@ -135,7 +121,7 @@ TEST_P(window_on, decode_logits_match_windowed_reference) {
 
     // Full token sequences (teacher forcing): prompt then decoded tokens.
     const std::vector<size_t> prompt_len = {13, 6};
-    std::vector<std::vector<int32_t>> seq = {make_prompt(13 + n_decode, 7), make_prompt(6 + n_decode, 8)};
+    std::vector<std::vector<int32_t>> seq = {test::make_prompt(13 + n_decode, 7), test::make_prompt(6 + n_decode, 8)};
     const int64_t V = cfg.vocab_size;
     std::vector<std::vector<float>> got(2);  // per request: logits of each decode step
 
@@ -198,8 +184,8 @@ TEST_P(window_on, decode_logits_match_windowed_reference) {
 // batching (with rings released and reused: max_batch 2 for 3 requests) changes nothing.
 TEST_P(window_on, greedy_tokens_match_windowed_reference_and_rings_are_reused) {
     const int64_t N = 8, n_new = 14;
-    const std::vector<std::vector<int32_t>> prompts = {make_prompt(11, 5), make_prompt(4, 6),
-                                                       make_prompt(20, 9)};
+    const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(11, 5), test::make_prompt(4, 6),
+                                                       test::make_prompt(20, 9)};
     auto cfg = tiny_config(GetParam(), "window", N);
     cfg.max_batch = 2;
     engine::engine e(cfg);
@@ -214,13 +200,7 @@ TEST_P(window_on, greedy_tokens_match_windowed_reference_and_rings_are_reused) {
     EXPECT_EQ(e.stats().method_pages_in_use, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, window_on, ::testing::ValuesIn(backends_to_test()),
-                         [](const auto & param_info) {
-                             std::string n = param_info.param;
-                             for (char & ch : n)
-                                 if (ch == ':') ch = '_';
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(backends, window_on, ::testing::ValuesIn(test::backends_to_test()), test::backend_param_name());
 
 // (3) Byte accounting: the pool and the per-request bytes are exactly the fp16 pages of the ring
 // (N + 1 slots), and the pages a running request holds are the ones bytes_for_tokens counts.
@@ -242,7 +222,7 @@ TEST(kv_method_window, bytes_are_exact) {
         // Ring pages are taken as the ring fills: a 5-token prompt holds 1 page until its 17th
         // cached token, then 2, and never more.
         engine::generation_request r;
-        r.prompt = make_prompt(5, 1), r.max_new_tokens = 30, r.stop_at_eos = false;
+        r.prompt = test::make_prompt(5, 1), r.max_new_tokens = 30, r.stop_at_eos = false;
         const int64_t id = e.submit(r);
         int64_t seen = 0, wrong = 0;
         e.run([&](int64_t, int32_t) {
@@ -292,11 +272,11 @@ TEST(kv_method_window, bad_options_are_clear_errors) {
 // leave nothing held.
 TEST(kv_method_window, rings_return_after_prompt_logits_and_tiny_windows) {
     engine::engine e(tiny_config("cpu", "window", 1));
-    const auto logits = e.prompt_logits(make_prompt(40, 3));
+    const auto logits = e.prompt_logits(test::make_prompt(40, 3));
     EXPECT_EQ(logits.size(), size_t(40 * 300));
     EXPECT_EQ(e.stats().method_pages_in_use, 0);
-    const auto out = generate(e, {make_prompt(9, 1), make_prompt(30, 2)}, 6);
-    EXPECT_EQ(out[0], test::reference_greedy(tiny_dir(), make_prompt(9, 1), 6, {1, 0}));
+    const auto out = generate(e, {test::make_prompt(9, 1), test::make_prompt(30, 2)}, 6);
+    EXPECT_EQ(out[0], test::reference_greedy(tiny_dir(), test::make_prompt(9, 1), 6, {1, 0}));
     EXPECT_EQ(e.stats().pages_in_use, 0);
     EXPECT_EQ(e.stats().method_pages_in_use, 0);
 }

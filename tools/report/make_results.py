@@ -6,6 +6,7 @@ Inputs (copied from a GPU-host visit's $OUT, see tools/gpu_host/README.md, excep
   bench_e2e.csv   engine TTFT / TBT (kvcomp bench)
   hf_speed.json   transformers at the same shapes, same run (tools/gpu_host/hf_speed.py)
   checks.log      test results and `kvcomp compare` against transformers (tools/gpu_host/run_checks.sh)
+  eval_default_model.csv  `kvcomp eval` rows for the default model (any machine; see its device column)
 Usage: python3 tools/report/make_results.py [--data docs/data] [--out docs/RESULTS.md]
 """
 import argparse, csv, json, os, re
@@ -94,6 +95,21 @@ if e2e:
                  if h else "– | – | – | –")
         out.append(f"| {r['backend']} | {r['batch']} | {r['prompt']} | {float(r['ttft_ms']):.0f} | {float(r['tbt_ms']):.2f} | "
                    f"{float(r['decode_tok_s']):.1f} | {float(r['floor_ms']):.2f} | {float(r['tbt_over_floor']):.2f} | {hcols} |")
+    out.append("")
+
+ev = rows("eval_default_model.csv")
+if ev:
+    out += ["## Accuracy versus KV bytes: default model (kvcomp eval)", "",
+            f"`kvcomp eval` on {ev[0]['device']} ({ev[0]['backend']}), commit `{ev[0]['commit']}`; every row ran the",
+            "method and the uncompressed cache (`none`) on the same examples in the same run; KV bytes are per",
+            "request as allocated (pages included), ratio = none bytes / method bytes. Line retrieval: exact",
+            "match of the greedy answer, examples from `host/eval/line_retrieval` with the seed shown.", "",
+            "| task | context | method | options | examples | seed | metric | value | none | KV bytes | none KV bytes | ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in ev:
+        out.append(f"| {r['task']} | {r['context']} | {r['method']} | {r['method_opts']} | {r['examples']} | {r['seed']} | "
+                   f"{r['metric']} | {float(r['value']):.3f} | {float(r['baseline_value']):.3f} | {float(r['kv_bytes']):.0f} | "
+                   f"{float(r['kv_bytes_baseline']):.0f} | {float(r['compression_ratio']):.2f} |")
     out.append("")
 
 log_path = os.path.join(d, "checks.log")

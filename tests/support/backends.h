@@ -1,0 +1,42 @@
+// Test support shared by the engine tests: which backends to run on, gtest names for them, and
+// synthetic prompts.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+
+namespace kvcomp::test {
+
+// The CPU reference and the first device of each other compiled-in API (cuda:0, opencl:0).
+inline std::vector<std::string> backends_to_test() {
+    std::vector<std::string> names, apis;
+    for (const auto & d : list_devices())
+        if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
+            apis.push_back(d.info.api);
+            names.push_back(d.info.name);
+        }
+    return names;
+}
+
+// gtest parameter names: "opencl:0" -> "opencl_0".
+struct backend_param_name {
+    template <typename Info>
+    std::string operator()(const Info & info) const {
+        std::string n = info.param;
+        std::replace(n.begin(), n.end(), ':', '_');
+        return n;
+    }
+};
+
+// A deterministic prompt of n byte-range token ids.
+inline std::vector<int32_t> make_prompt(size_t n, int32_t salt) {
+    std::vector<int32_t> p;
+    for (size_t i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + size_t(salt) * 11 + 5) % 256));
+    return p;
+}
+
+}  // namespace kvcomp::test
