@@ -1,6 +1,7 @@
 // Method "none": the uncompressed fp16 paged KV cache (the baseline every method is measured
 // against). Per layer one K and one V pool, f16 [n_pages, n_kv_heads, page_size, head_dim].
 #include "engine/kv_method.h"
+#include "engine/prompt_attention.h"
 
 namespace kvcomp::engine {
 
@@ -34,19 +35,7 @@ public:
         be.run(make_op(kv_append_params{kv, s.n_tokens, s.batch, s.nnz_pages},
                        {k, v, s.batch_idx, s.positions, s.indptr, s.indices}, {kp, vp}));
         if (s.prefill) {
-            // The prompt attends to itself: fp16 copies of its K/V feed the causal prefill kernel.
-            const int64_t n = s.n_tokens * shape_.n_kv_heads * shape_.head_dim;
-            if (!scratch_ || scratch_->size() < size_t(n) * 4) scratch_ = be.alloc(size_t(n) * 4);
-            const tensor k16 = make_tensor(scratch_.get(), dtype::f16, {s.n_tokens, shape_.n_kv_heads, shape_.head_dim});
-            const tensor v16 = make_tensor(scratch_.get(), dtype::f16, {s.n_tokens, shape_.n_kv_heads, shape_.head_dim},
-                                           size_t(n) * 2);
-            be.run(make_op(copy_params{n}, {k}, {k16}));
-            be.run(make_op(copy_params{n}, {v}, {v16}));
-            attn_prefill_params p;
-            p.batch = s.batch, p.n_tokens = s.n_tokens, p.n_q_heads = shape_.n_q_heads;
-            p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.max_seq_len = s.max_seq_len;
-            p.scale = scale;
-            be.run(make_op(p, {q, k16, v16, s.seq_indptr}, {out}));
+            attend_prompt(be, scratch_, shape_, s, q, k, v, out, scale);
         } else {
             attn_decode_params p;
             p.kv = kv, p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.nnz_pages = s.nnz_pages;

@@ -36,6 +36,7 @@
 #include <memory>
 
 #include "engine/kv_method.h"
+#include "engine/prompt_attention.h"
 #include "host/paged/page_pool.h"
 
 namespace kvcomp::engine {
@@ -100,20 +101,7 @@ class kv_method_window : public kv_method {
                            {kp, vp}));
         }
         if (s.prefill) {
-            // Exactly "none": the prompt attends to its own K/V, converted to fp16 like the cache.
-            const int64_t n = s.n_tokens * row;
-            if (!scratch_ || scratch_->size() < size_t(n) * 4) scratch_ = be.alloc(size_t(n) * 4);
-            const tensor k16 =
-                make_tensor(scratch_.get(), dtype::f16, {s.n_tokens, shape_.n_kv_heads, shape_.head_dim});
-            const tensor v16 = make_tensor(scratch_.get(), dtype::f16,
-                                           {s.n_tokens, shape_.n_kv_heads, shape_.head_dim}, size_t(n) * 2);
-            be.run(make_op(copy_params{n}, {k}, {k16}));
-            be.run(make_op(copy_params{n}, {v}, {v16}));
-            attn_prefill_params p;
-            p.batch = s.batch, p.n_tokens = s.n_tokens, p.n_q_heads = shape_.n_q_heads;
-            p.n_kv_heads = shape_.n_kv_heads, p.head_dim = shape_.head_dim, p.max_seq_len = s.max_seq_len;
-            p.scale = scale;
-            be.run(make_op(p, {q, k16, v16, s.seq_indptr}, {out}));
+            attend_prompt(be, scratch_, shape_, s, q, k, v, out, scale);  // exactly "none"
         } else {
             attn_decode_params p;
             p.kv = kv, p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.nnz_pages = att_nnz_;
