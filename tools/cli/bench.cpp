@@ -131,6 +131,7 @@ int run_bench(int argc, char ** argv) {
             const std::string path = vm["csv"].as<std::string>();
             const bool fresh = !std::ifstream(path).good();
             csv.open(path, std::ios::app);
+            csv.precision(12);
             KVCOMP_CHECK_ARG(csv.good(), "--csv: cannot write '", path, "'");
             if (fresh)
                 csv << "date,commit,device,backend,method,weights,batch,prompt,gen,ttft_ms,tbt_ms,decode_tok_s,kv_bytes,"

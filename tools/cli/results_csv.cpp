@@ -1,6 +1,7 @@
 #include "cli/results_csv.h"
 
 #include <cstdio>
+#include <iomanip>
 #include <ctime>
 #include <sstream>
 
@@ -40,6 +41,7 @@ result_rows::result_rows(const std::string & csv_path, const std::string & commi
     csv_.open(csv_path, std::ios::app);
     KVCOMP_CHECK_ARG(csv_.good(), "--csv: cannot write '", csv_path, "'");
     if (fresh) csv_ << k_header << '\n';
+    csv_.precision(12);  // byte counts and scores exactly, not the stream's default 6 digits
 }
 
 result_row result_rows::start(engine::engine & eng, const engine::engine_config & cfg, const std::string & task,
