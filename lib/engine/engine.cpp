@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "core/registry.h"
@@ -64,11 +65,13 @@ struct engine::impl {
         r.st = live_request::state::done;
     }
 
-    // Picks the next token of every row of a step; greedy rows use the device argmax.
+    // Picks the next token of every row of a step; greedy rows use the device argmax. Forced rows
+    // take their given token and record its log-probability.
     std::vector<int32_t> next_tokens(const tensor & logits, const std::vector<live_request *> & rows) {
         const int64_t r = int64_t(rows.size()), V = model.vocab_size;
         bool all_greedy = true;
-        for (auto * q : rows) all_greedy = all_greedy && q->req.sampling.temperature == 0.0f;
+        for (auto * q : rows)
+            all_greedy = all_greedy && q->req.sampling.temperature == 0.0f && q->req.forced_tokens.empty();
         std::vector<int32_t> out(static_cast<size_t>(r));
         if (all_greedy) {
             if (!argmax_out || argmax_out->size() < size_t(r) * 4) argmax_out = be->alloc(size_t(r) * 4 * 2);
@@ -76,10 +79,22 @@ struct engine::impl {
             be->download(*argmax_out, 0, out.data(), size_t(r) * 4);
             return out;
         }
-        std::vector<float> host(size_t(r * V));
+        std::vector<float> host(static_cast<size_t>(r * V));
         be->download(*logits.buf, logits.offset, host.data(), host.size() * 4);
-        for (int64_t i = 0; i < r; ++i)
-            out[size_t(i)] = sample_token(host.data() + i * V, V, rows[size_t(i)]->req.sampling, rows[size_t(i)]->rng);
+        for (int64_t i = 0; i < r; ++i) {
+            live_request & q = *rows[size_t(i)];
+            const float * row = host.data() + i * V;
+            if (q.req.forced_tokens.empty()) {
+                out[size_t(i)] = sample_token(row, V, q.req.sampling, q.rng);
+                continue;
+            }
+            const int32_t t = q.req.forced_tokens[q.res.tokens.size()];
+            double mx = row[0], sum = 0.0;
+            for (int64_t j = 1; j < V; ++j) mx = std::max(mx, double(row[j]));
+            for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
+            q.res.token_logprobs.push_back(double(row[t]) - mx - std::log(sum));
+            out[size_t(i)] = t;
+        }
         return out;
     }
 
@@ -211,9 +226,16 @@ int64_t engine::submit(const generation_request & req) {
         KVCOMP_CHECK_ARG(req.prompt[i] >= 0 && req.prompt[i] < p_->model.vocab_size, "request: prompt token ", i,
                          " is ", req.prompt[i], ", outside the vocabulary [0,", p_->model.vocab_size, ")");
     check_sampling(req.sampling);
+    for (size_t i = 0; i < req.forced_tokens.size(); ++i)
+        KVCOMP_CHECK_ARG(req.forced_tokens[i] >= 0 && req.forced_tokens[i] < p_->model.vocab_size, "request: forced token ",
+                         i, " is ", req.forced_tokens[i], ", outside the vocabulary [0,", p_->model.vocab_size, ")");
     live_request r;
     r.id = p_->next_id++;
     r.req = req;
+    if (!req.forced_tokens.empty()) {
+        r.req.max_new_tokens = int64_t(req.forced_tokens.size());
+        r.req.stop_at_eos = false;
+    }
     r.rng.seed(req.sampling.seed);
     p_->requests.emplace(r.id, std::move(r));
     return p_->next_id - 1;

@@ -43,6 +43,10 @@ struct generation_request {
     int64_t max_new_tokens = 32;
     sampling_params sampling;
     bool stop_at_eos = true;
+    // Teacher forcing: when not empty, these tokens are fed instead of sampled ones (max_new_tokens
+    // becomes their count) and the log-probability of each is recorded, so perplexity runs through
+    // the KV method's decode path like generation does.
+    std::vector<int32_t> forced_tokens;
 };
 
 struct generation_result {
@@ -51,6 +55,7 @@ struct generation_result {
     std::string error;                 // when finish_reason == "error"
     double ttft_ms = 0.0;              // from run() start to the first token
     std::vector<double> tbt_ms;        // time between consecutive tokens
+    std::vector<double> token_logprobs;  // natural-log probability of each forced token
 };
 
 struct engine_stats {

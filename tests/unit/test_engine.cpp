@@ -99,6 +99,30 @@ TEST_P(engine_on, greedy_tokens_match_reference_and_batching_changes_nothing) {
     EXPECT_GT(e.stats().kv_bytes_peak, 0u);
 }
 
+TEST_P(engine_on, teacher_forcing_logprobs_match_reference) {
+    engine::engine e(tiny_config(GetParam()));
+    const auto prompt = test::make_prompt(10, 11), forced = test::make_prompt(9, 12);
+    engine::generation_request r;
+    r.prompt = prompt, r.forced_tokens = forced;
+    const int64_t id = e.submit(r);
+    e.run();
+    const auto & res = e.result(id);
+    ASSERT_EQ(res.tokens, forced);
+    ASSERT_EQ(res.token_logprobs.size(), forced.size());
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), forced.begin(), forced.end());
+    const auto ref = test::reference_logits(tiny_dir(), all);
+    const int64_t V = e.model().vocab_size;
+    for (size_t i = 0; i < forced.size(); ++i) {
+        const float * row = ref.data() + (prompt.size() - 1 + i) * size_t(V);
+        double mx = row[0], sum = 0;
+        for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(row[j]));
+        for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
+        EXPECT_NEAR(res.token_logprobs[i], double(row[forced[i]]) - mx - std::log(sum), 1e-4) << "token " << i;
+    }
+    EXPECT_EQ(e.stats().pages_in_use, 0);
+}
+
 TEST_P(engine_on, bad_requests_fail_alone) {
     auto cfg = tiny_config(GetParam());
     cfg.kv_pages = 4;  // 64 tokens in the pool

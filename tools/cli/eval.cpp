@@ -1,11 +1,13 @@
 // kvcomp eval: a task's score with a KV method next to the uncompressed score of the same run,
 // with the KV bytes the method actually allocates and the resulting compression ratio.
 //
-// Tasks: line_retrieval (exact match of the greedy answer, LongEval style, host/eval) and
+// Tasks: line_retrieval (exact match of the greedy answer, LongEval style, host/eval),
 // greedy_agreement (how many of N greedy tokens match the uncompressed run before the first
-// difference, on windows of a text file). Each (task, context) gives one row; rows go to stdout,
+// difference, on windows of a text file) and perplexity (per token over the second half of each
+// window, fed by teacher forcing through the method's decode path). Each (task, context) gives one row; rows go to stdout,
 // and with --csv to a file in the schema of docs/data (see tools/cli/results_csv.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,11 +80,12 @@ int run_eval(int argc, char ** argv) {
     po::options_description desc("options");
     add_engine_options(desc);
     desc.add_options()("task,t", po::value<std::string>()->default_value("line_retrieval"),
-                       "line_retrieval or greedy_agreement")(
+                       "line_retrieval, greedy_agreement or perplexity (per token, on the text file)")(
         "contexts", po::value<std::string>()->default_value("1024"), "comma-separated context lengths (tokens)")(
         "examples", po::value<long>()->default_value(50), "examples per context")(
         "gen", po::value<long>()->default_value(32), "greedy_agreement: tokens generated per example")(
-        "text-file", po::value<std::string>(), "greedy_agreement: text to cut windows from (default: MODEL/heldout.txt)")(
+        "text-file", po::value<std::string>(),
+        "greedy_agreement / perplexity: text to cut windows from (default: MODEL/heldout.txt)")(
         "seed", po::value<unsigned long>()->default_value(1), "task data seed")(
         "csv", po::value<std::string>(), "append one row per context to this CSV")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
@@ -98,8 +101,8 @@ int run_eval(int argc, char ** argv) {
     try {
         engine::engine_config cfg = engine_config_from(vm);
         const std::string task = vm["task"].as<std::string>();
-        KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "greedy_agreement", "unknown task '", task,
-                         "'; valid tasks: line_retrieval, greedy_agreement");
+        KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "greedy_agreement" || task == "perplexity",
+                         "unknown task '", task, "'; valid tasks: line_retrieval, greedy_agreement, perplexity");
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
         const long n = vm["examples"].as<long>(), gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(n > 0 && gen > 0, "--examples and --gen must be positive");
@@ -141,6 +144,35 @@ int run_eval(int argc, char ** argv) {
                 if (base) score(*base, ref); else ref = mine;
                 row.metric = "exact_match", row.value = mine.score, row.baseline_value = ref.score;
                 row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
+            } else if (task == "perplexity") {
+                // First half of each window is the prompt; the second half is fed token by token
+                // (teacher forcing), so every scored token reads the method's cache.
+                const auto windows = text_windows(*tok, text_file, ctx, n);
+                auto nll_of = [&](engine::engine & e, double & kv) {
+                    std::vector<int64_t> ids;
+                    for (const auto & w : windows) {
+                        engine::generation_request r;
+                        const auto half = w.begin() + long(w.size() / 2);
+                        r.prompt.assign(w.begin(), half);
+                        r.forced_tokens.assign(half, w.end());
+                        ids.push_back(e.submit(r));
+                    }
+                    e.run();
+                    double nll = 0, count = 0;
+                    kv = 0;
+                    for (size_t i = 0; i < ids.size(); ++i) {
+                        const auto & res = e.result(ids[i]);
+                        KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
+                        for (double lp : res.token_logprobs) nll -= lp, count += 1;
+                        kv += double(e.kv_bytes_for_tokens(int64_t(windows[i].size()) - 1));
+                    }
+                    kv /= double(ids.size());
+                    return std::exp(nll / count);
+                };
+                double kv_mine = 0, kv_ref = 0;
+                row.metric = "perplexity", row.value = nll_of(eng, kv_mine);
+                row.baseline_value = base ? nll_of(*base, kv_ref) : (kv_ref = kv_mine, row.value);
+                row.kv_bytes = kv_mine, row.kv_bytes_baseline = kv_ref;
             } else {
                 const auto prompts = text_windows(*tok, text_file, ctx, n);
                 method_run mine = run_prompts(eng, prompts, gen);
