@@ -16,65 +16,12 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/progress.h"
+#include "cli/eval_tasks.h"
 #include "cli/results_csv.h"
 #include "host/eval/line_retrieval.h"
 #include "host/model/tokenizer_factory.h"
 
 namespace kvcomp::cli {
-
-namespace {
-
-struct method_run {
-    double score = 0.0;
-    double kv_bytes = 0.0;  // per request, mean over examples
-    std::vector<std::vector<int32_t>> outputs;
-};
-
-// Runs every prompt as one request (continuous batching does the rest) and returns the outputs.
-method_run run_prompts(engine::engine & eng, const std::vector<std::vector<int32_t>> & prompts, int64_t n_new) {
-    std::vector<int64_t> ids;
-    for (const auto & p : prompts) {
-        engine::generation_request r;
-        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
-        ids.push_back(eng.submit(r));
-    }
-    eng.run();
-    method_run m;
-    for (size_t i = 0; i < ids.size(); ++i) {
-        const auto & res = eng.result(ids[i]);
-        KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
-        m.outputs.push_back(res.tokens);
-        m.kv_bytes += double(eng.kv_bytes_for_tokens(int64_t(prompts[i].size() + res.tokens.size()) - 1));
-    }
-    m.kv_bytes /= double(ids.size());
-    return m;
-}
-
-std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, const std::string & path, int64_t context,
-                                               int64_t count) {
-    std::ifstream f(path, std::ios::binary);
-    KVCOMP_CHECK_ARG(f.good(), "cannot read text file '", path, "'");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    const std::string text = ss.str();
-    KVCOMP_CHECK_ARG(!text.empty(), "text file '", path, "' is empty");
-    KVCOMP_CHECK_ARG(host::utf8_is_valid(text), "text file '", path, "' is not valid UTF-8");
-    const auto ids = tok.encode(text);
-    KVCOMP_CHECK_ARG(int64_t(ids.size()) >= context, "text file '", path, "' has ", ids.size(),
-                     " tokens, fewer than the context ", context);
-    std::vector<std::vector<int32_t>> out;
-    const int64_t stride = std::max<int64_t>(1, (int64_t(ids.size()) - context) / std::max<int64_t>(1, count));
-    for (int64_t i = 0; i < count; ++i) {
-        std::vector<int32_t> w;
-        if (tok.bos_id() >= 0) w.push_back(tok.bos_id());
-        const int64_t start = std::min<int64_t>(i * stride, int64_t(ids.size()) - context);
-        w.insert(w.end(), ids.begin() + start, ids.begin() + start + context - int64_t(w.size()));
-        out.push_back(std::move(w));
-    }
-    return out;
-}
-
-}  // namespace
 
 int run_eval(int argc, char ** argv) {
     po::options_description desc("options");
@@ -101,8 +48,7 @@ int run_eval(int argc, char ** argv) {
     try {
         engine::engine_config cfg = engine_config_from(vm);
         const std::string task = vm["task"].as<std::string>();
-        KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "greedy_agreement" || task == "perplexity",
-                         "unknown task '", task, "'; valid tasks: line_retrieval, greedy_agreement, perplexity");
+        check_task(task);
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
         const long n = vm["examples"].as<long>(), gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(n > 0 && gen > 0, "--examples and --gen must be positive");
@@ -128,64 +74,9 @@ int run_eval(int argc, char ** argv) {
             result_row row = rows.start(eng, cfg, task, ctx);
             row.examples = n;
             row.seed = vm["seed"].as<unsigned long>();
-            if (task == "line_retrieval") {
-                const auto ex = host::make_line_retrieval(*tok, ctx, n, row.seed);
-                std::vector<std::vector<int32_t>> prompts;
-                for (const auto & e : ex) prompts.push_back(e.prompt);
-                const int64_t ans_len = int64_t(tok->encode(ex[0].answer).size());
-                auto score = [&](engine::engine & e, method_run & m) {
-                    m = run_prompts(e, prompts, ans_len);
-                    long hits = 0;
-                    for (size_t i = 0; i < ex.size(); ++i) hits += tok->decode(m.outputs[i], true) == ex[i].answer;
-                    m.score = double(hits) / double(ex.size());
-                };
-                method_run mine, ref;
-                score(eng, mine);
-                if (base) score(*base, ref); else ref = mine;
-                row.metric = "exact_match", row.value = mine.score, row.baseline_value = ref.score;
-                row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
-            } else if (task == "perplexity") {
-                // First half of each window is the prompt; the second half is fed token by token
-                // (teacher forcing), so every scored token reads the method's cache.
-                const auto windows = text_windows(*tok, text_file, ctx, n);
-                auto nll_of = [&](engine::engine & e, double & kv) {
-                    std::vector<int64_t> ids;
-                    for (const auto & w : windows) {
-                        engine::generation_request r;
-                        const auto half = w.begin() + long(w.size() / 2);
-                        r.prompt.assign(w.begin(), half);
-                        r.forced_tokens.assign(half, w.end());
-                        ids.push_back(e.submit(r));
-                    }
-                    e.run();
-                    double nll = 0, count = 0;
-                    kv = 0;
-                    for (size_t i = 0; i < ids.size(); ++i) {
-                        const auto & res = e.result(ids[i]);
-                        KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
-                        for (double lp : res.token_logprobs) nll -= lp, count += 1;
-                        kv += double(e.kv_bytes_for_tokens(int64_t(windows[i].size()) - 1));
-                    }
-                    kv /= double(ids.size());
-                    return std::exp(nll / count);
-                };
-                double kv_mine = 0, kv_ref = 0;
-                row.metric = "perplexity", row.value = nll_of(eng, kv_mine);
-                row.baseline_value = base ? nll_of(*base, kv_ref) : (kv_ref = kv_mine, row.value);
-                row.kv_bytes = kv_mine, row.kv_bytes_baseline = kv_ref;
-            } else {
-                const auto prompts = text_windows(*tok, text_file, ctx, n);
-                method_run mine = run_prompts(eng, prompts, gen);
-                method_run ref = base ? run_prompts(*base, prompts, gen) : mine;
-                double agree = 0;
-                for (size_t i = 0; i < prompts.size(); ++i) {
-                    size_t k = 0;
-                    while (k < mine.outputs[i].size() && k < ref.outputs[i].size() && mine.outputs[i][k] == ref.outputs[i][k]) ++k;
-                    agree += double(k) / double(gen);
-                }
-                row.metric = "greedy_prefix_agreement", row.value = agree / double(prompts.size()), row.baseline_value = 1.0;
-                row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
-            }
+            eval_point pt;
+            pt.task = task, pt.context = ctx, pt.examples = n, pt.gen = gen, pt.seed = row.seed, pt.text_file = text_file;
+            score_point(pt, eng, base.get(), *tok, row);
             rows.finish(row, vm.count("json") > 0);
         }
         bar.done();
