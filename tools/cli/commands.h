@@ -11,5 +11,6 @@ int run_generate(int argc, char ** argv);
 int run_compare(int argc, char ** argv);
 int run_bench(int argc, char ** argv);
 int run_eval(int argc, char ** argv);
+int run_sweep(int argc, char ** argv);
 
 }  // namespace kvcomp::cli

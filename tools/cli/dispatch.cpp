@@ -18,7 +18,8 @@ void print_usage(FILE * out) {
                  "  generate    generate text with a model on a backend, with a KV cache method\n"
                  "  compare     run a prompt on several backends: do logits and greedy tokens agree?\n"
                  "  bench       time to first token, time between tokens, tokens/s, KV bytes\n"
-                 "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n\n"
+                 "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n"
+                 "  sweep       methods x settings x tasks x contexts into one CSV, resumable\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -40,6 +41,7 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "compare") return run_compare(argc - 1, argv + 1);
     if (cmd == "bench") return run_bench(argc - 1, argv + 1);
     if (cmd == "eval") return run_eval(argc - 1, argv + 1);
+    if (cmd == "sweep") return run_sweep(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;

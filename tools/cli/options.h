@@ -18,7 +18,11 @@ inline std::optional<int> parse_options(int argc, char ** argv, po::options_desc
                                         po::variables_map & vm) {
     desc.add_options()("help,h", "show this help");
     try {
-        po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+        const po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).run();
+        // Boost keeps stray words (no option before them) aside silently; refuse them instead.
+        const auto stray = po::collect_unrecognized(parsed.options, po::include_positional);
+        if (!stray.empty()) throw po::error("unexpected argument '" + stray.front() + "'");
+        po::store(parsed, vm);
         po::notify(vm);
     } catch (const po::error & e) {
         std::fprintf(stderr, "kvcomp %s: %s\n(see kvcomp %s --help)\n", argv[0], e.what(), argv[0]);

@@ -19,7 +19,55 @@ std::string quoted(const std::string & s) {
     return out + "\"";
 }
 
+// Splits one CSV line (quoted fields with "" escapes, as this file writes them).
+std::vector<std::string> split_csv_line(const std::string & line) {
+    std::vector<std::string> out(1);
+    bool quoted_field = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quoted_field) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
+            else if (c == '"') quoted_field = false;
+            else out.back() += c;
+        } else if (c == '"') {
+            quoted_field = true;
+        } else if (c == ',') {
+            out.emplace_back();
+        } else {
+            out.back() += c;
+        }
+    }
+    return out;
+}
+
+std::string make_key(const std::string & method, const std::string & opts, const std::string & task,
+                     const std::string & context, const std::string & examples, const std::string & seed,
+                     const std::string & backend) {
+    return method + '|' + opts + '|' + task + '|' + context + '|' + examples + '|' + seed + '|' + backend;
+}
+
 }  // namespace
+
+std::string row_key(const result_row & r) {
+    return make_key(r.method, r.method_opts, r.task, std::to_string(r.context), std::to_string(r.examples),
+                    std::to_string(r.seed), r.backend);
+}
+
+std::set<std::string> finished_row_keys(const std::string & csv_path) {
+    std::set<std::string> keys;
+    std::ifstream f(csv_path);
+    std::string line;
+    if (!f.good() || !std::getline(f, line)) return keys;
+    const auto header = split_csv_line(line);
+    KVCOMP_CHECK_ARG(line == k_header, "--csv '", csv_path, "' has other columns than kvcomp eval writes; use a new file");
+    while (std::getline(f, line)) {
+        const auto v = split_csv_line(line);
+        if (v.size() != header.size()) continue;  // a line cut by an interruption: its point runs again
+        // columns: date,commit,device,backend,model,method,method_opts,task,context,examples,seed,...
+        keys.insert(make_key(v[5], v[6], v[7], v[8], v[9], v[10], v[3]));
+    }
+    return keys;
+}
 
 std::vector<int64_t> parse_positive_list(const std::string & s, const char * option) {
     std::vector<int64_t> out;

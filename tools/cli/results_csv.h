@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ private:
     nlohmann::json json_rows_ = nlohmann::json::array();
     bool header_printed_ = false;
 };
+
+// Identity of a row for resuming a sweep: method, options, task, context, examples, seed, backend.
+std::string row_key(const result_row & row);
+// Keys of the rows already in a CSV of this schema (empty when the file does not exist).
+std::set<std::string> finished_row_keys(const std::string & csv_path);
 
 // "512,1024" -> {512, 1024}; throws invalid_argument naming the option and the bad item.
 std::vector<int64_t> parse_positive_list(const std::string & s, const char * option);
