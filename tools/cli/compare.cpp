@@ -8,24 +8,12 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/results_csv.h"
 #include "core/registry.h"
 #include "host/model/safetensors.h"
 #include "host/model/tokenizer_factory.h"
 
 namespace kvcomp::cli {
-
-namespace {
-
-std::vector<std::string> split_list(const std::string & s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
-}  // namespace
 
 int run_compare(int argc, char ** argv) {
     po::options_description desc("options");

@@ -69,6 +69,15 @@ std::set<std::string> finished_row_keys(const std::string & csv_path) {
     return keys;
 }
 
+std::vector<std::string> split_list(const std::string & s) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
 std::vector<int64_t> parse_positive_list(const std::string & s, const char * option) {
     std::vector<int64_t> out;
     std::stringstream ss(s);

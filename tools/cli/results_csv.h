@@ -43,6 +43,9 @@ std::string row_key(const result_row & row);
 // Keys of the rows already in a CSV of this schema (empty when the file does not exist).
 std::set<std::string> finished_row_keys(const std::string & csv_path);
 
+// "a,b,,c" -> {"a", "b", "c"} (empty items dropped), for list-valued options.
+std::vector<std::string> split_list(const std::string & s);
+
 // "512,1024" -> {512, 1024}; throws invalid_argument naming the option and the bad item.
 std::vector<int64_t> parse_positive_list(const std::string & s, const char * option);
 

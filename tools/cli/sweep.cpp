@@ -52,14 +52,6 @@ std::vector<method_spec> parse_methods(const std::string & s) {
     return out;
 }
 
-std::vector<std::string> split_names(const std::string & s) {
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
 
 }  // namespace
 
@@ -97,7 +89,7 @@ int run_sweep(int argc, char ** argv) {
             for (const auto & m : vm["methods"].as<std::vector<std::string>>()) joined += m + ";";
         }
         const auto methods = parse_methods(joined);
-        const auto tasks = split_names(vm["tasks"].as<std::string>());
+        const auto tasks = split_list(vm["tasks"].as<std::string>());
         for (const auto & t : tasks) check_task(t);
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
         eval_point proto;
