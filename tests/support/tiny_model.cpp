@@ -212,4 +212,24 @@ std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector
     return out;
 }
 
+engine::engine_config tiny_engine_config(const std::string & dir, const std::string & backend) {
+    engine::engine_config c;
+    c.model_dir = dir;
+    c.backend = backend;
+    c.matrix_type = dtype::f32;
+    c.page_size = 16;
+    c.max_batch = 4;
+    c.max_context = 256;
+    return c;
+}
+
+double nmse(const float * a, const float * b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return num / den;
+}
+
 }  // namespace kvcomp::test

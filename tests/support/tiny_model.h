@@ -3,9 +3,12 @@
 // engine can be checked against a second implementation of the same math.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "engine/engine.h"
 
 namespace kvcomp::test {
 
@@ -40,5 +43,15 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
 // With w.window > 0 the prompt is the prefill (w.prefill_len is taken as prompt.size()).
 std::vector<int32_t> reference_greedy(const std::string & dir, const std::vector<int32_t> & prompt, int64_t n_new,
                                       decode_window w = {});
+
+// Engine settings the engine tests share: fp32 weights (the tight path), pages of 16, 4 requests
+// at once, 256-token contexts, method "none".
+engine::engine_config tiny_engine_config(const std::string & dir, const std::string & backend);
+
+// ||a - b||^2 / ||b||^2 over n values, in double.
+double nmse(const float * a, const float * b, size_t n);
+inline double nmse(const std::vector<float> & a, const std::vector<float> & b) {
+    return nmse(a.data(), b.data(), std::min(a.size(), b.size()));
+}
 
 }  // namespace kvcomp::test

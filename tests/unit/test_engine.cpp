@@ -21,26 +21,9 @@ const std::string & tiny_dir() {
     return dir;
 }
 
-engine::engine_config tiny_config(const std::string & backend) {
-    engine::engine_config c;
-    c.model_dir = tiny_dir();
-    c.backend = backend;
-    c.matrix_type = dtype::f32;
-    c.page_size = 16;
-    c.max_batch = 4;
-    c.max_context = 256;
-    return c;
-}
+engine::engine_config tiny_config(const std::string & backend) { return test::tiny_engine_config(tiny_dir(), backend); }
 
 
-double nmse(const std::vector<float> & a, const std::vector<float> & b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return num / den;
-}
 
 class engine_on : public ::testing::TestWithParam<std::string> {};
 
@@ -50,7 +33,7 @@ TEST_P(engine_on, prompt_logits_match_reference) {
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(tiny_dir(), prompt);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LE(nmse(got, want), 1e-9) << GetParam();
+    EXPECT_LE(test::nmse(got, want), 1e-9) << GetParam();
     EXPECT_EQ(e.stats().pages_in_use, 0);
 }
 
@@ -65,7 +48,7 @@ TEST_P(engine_on, qwen2_biases_match_reference) {
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(dir, prompt);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LE(nmse(got, want), 1e-9) << GetParam();
+    EXPECT_LE(test::nmse(got, want), 1e-9) << GetParam();
 }
 
 TEST_P(engine_on, greedy_tokens_match_reference_and_batching_changes_nothing) {

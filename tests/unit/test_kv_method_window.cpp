@@ -28,27 +28,13 @@ const std::string & tiny_dir() {
 }
 
 engine::engine_config tiny_config(const std::string & backend, const std::string & method, int64_t window) {
-    engine::engine_config c;
-    c.model_dir = tiny_dir();
-    c.backend = backend;
-    c.matrix_type = dtype::f32;
-    c.page_size = 16;
-    c.max_batch = 4;
-    c.max_context = 256;
+    engine::engine_config c = test::tiny_engine_config(tiny_dir(), backend);
     c.method = method;
     if (method == "window") c.method_opts["window"] = std::to_string(window);
     return c;
 }
 
 
-double nmse(const float * a, const float * b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return num / den;
-}
 
 // Greedy tokens of each prompt, all submitted to one engine (continuous batching).
 std::vector<std::vector<int32_t>> generate(engine::engine & e,
@@ -165,12 +151,12 @@ TEST_P(window_on, decode_logits_match_windowed_reference) {
         for (int64_t step = 0; step < n_decode; ++step) {
             const size_t row = (prompt_len[b] + size_t(step)) * size_t(V);
             const float * g = got[b].data() + step * V;
-            EXPECT_LE(nmse(g, want.data() + row, size_t(V)), 1e-9)
+            EXPECT_LE(test::nmse(g, want.data() + row, size_t(V)), 1e-9)
                 << "request " << b << " decode step " << step;
             // Once tokens fall out of the window the windowed and full references must differ
             // clearly, or this comparison would not show that the window is applied.
             if (int64_t(prompt_len[b]) + step > N + 2) {
-                EXPECT_GT(nmse(want.data() + row, full.data() + row, size_t(V)), 1e-6) << "step " << step;
+                EXPECT_GT(test::nmse(want.data() + row, full.data() + row, size_t(V)), 1e-6) << "step " << step;
             }
         }
     }

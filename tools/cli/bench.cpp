@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/progress.h"
+#include "cli/results_csv.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,19 +21,6 @@ namespace kvcomp::cli {
 
 namespace {
 
-std::vector<long> parse_longs(const std::string & s, const char * what) {
-    std::vector<long> out;
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-        char * end = nullptr;
-        const long v = std::strtol(item.c_str(), &end, 10);
-        KVCOMP_CHECK_ARG(!item.empty() && *end == 0 && v > 0, what, ": '", item, "' is not a positive integer");
-        out.push_back(v);
-    }
-    KVCOMP_CHECK_ARG(!out.empty(), what, ": empty list");
-    return out;
-}
 
 // Device copy bandwidth (bytes read + written per second) with the backend's own copy op.
 double copy_bandwidth_gbps(backend & be, size_t bytes) {
@@ -85,8 +73,8 @@ int run_bench(int argc, char ** argv) {
     try {
         engine::engine_config cfg = engine_config_from(vm);
         cfg.random_weights = vm.count("random-weights") > 0;
-        const auto batches = parse_longs(vm["batches"].as<std::string>(), "--batches");
-        const auto prompts = parse_longs(vm["prompts"].as<std::string>(), "--prompts");
+        const auto batches = parse_positive_list(vm["batches"].as<std::string>(), "--batches");
+        const auto prompts = parse_positive_list(vm["prompts"].as<std::string>(), "--prompts");
         const long gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(gen >= 2, "--gen must be >= 2 to measure time between tokens");
         const host::model_config mc = host::load_model_config(cfg.model_dir);
@@ -98,8 +86,8 @@ int run_bench(int argc, char ** argv) {
         };
         std::vector<point> grid;
         int64_t pages = 0;
-        for (long b : batches)
-            for (long p : prompts) {
+        for (int64_t b : batches)
+            for (int64_t p : prompts) {
                 const double kv = double(b) * double(p + gen) * kv_token_bytes;
                 if (kv > max_kv) {
                     std::fprintf(stderr, "skip batch %ld x prompt %ld: KV cache %.1f GiB > --max-kv-gib\n", b, p,

@@ -16,3 +16,11 @@ if [ ! -e /usr/lib/libnvidia-opencl.so.1 ]; then
 fi
 export OCL_ICD_VENDORS=/tmp/kvcomp_icd
 export KVCOMP_CL_CACHE_DIR=/tmp/kvcomp_cl_cache
+
+# Shared by the visit scripts: the carried binaries, the output folder, the commit they were built
+# from, and a runner that logs each step with its exit code.
+B=.carry/bin
+OUT=${OUT:-/tmp/kvcomp_out}
+mkdir -p "$OUT"
+commit=$(cat .carry/commit 2>/dev/null || echo unknown)
+step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }

@@ -6,11 +6,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
-B=.carry/bin
-OUT=${OUT:-/tmp/kvcomp_out}
-mkdir -p "$OUT"
-commit=$(cat .carry/commit 2>/dev/null || echo unknown)
-step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }
 {
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   step $B/kvcomp info

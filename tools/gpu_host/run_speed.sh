@@ -5,11 +5,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
-B=.carry/bin
-OUT=${OUT:-/tmp/kvcomp_out}
-mkdir -p "$OUT"
-commit=$(cat .carry/commit 2>/dev/null || echo unknown)
-step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }
 {
   mkdir -p /tmp/l3_8b
   cp tools/gpu_host/llama3_8b_config.json /tmp/l3_8b/config.json
