@@ -150,7 +150,9 @@ int run_bench(int argc, char ** argv) {
             // requests, so the last request's gaps are the steady-state decode steps.
             gaps = eng.result(ids.back()).tbt_ms;
             const double tbt = median(gaps);
-            const double kv_bytes = double(pt.batch) * double(pt.prompt + gen / 2) * kv_token_bytes;
+            // KV bytes the method holds for the batch halfway through decoding (its own accounting,
+            // pages included), so compressed methods are charged what they really store.
+            const double kv_bytes = double(pt.batch) * double(eng.kv_bytes_for_tokens(pt.prompt + gen / 2));
             const double floor_ms = (double(weight_bytes) + kv_bytes) / (copy_gbps * 1e9) * 1e3;
             bar.done();
             if (json)
