@@ -68,7 +68,8 @@ bool debug_sync_enabled() {
 const char * op_label(op_type t) {
     static const char * const names[] = {"copy",   "add",       "gemm",        "rms_norm",
                                          "rope",   "silu_mul",  "softmax",     "get_rows",
-                                         "argmax", "kv_append", "attn_decode", "attn_prefill"};
+                                         "argmax", "kv_append", "attn_decode", "attn_prefill",
+                                         "kv_quantize", "attn_decode_quant", "probe_scores"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(op_type::count), "op_label is out of date");
     return size_t(t) < size_t(op_type::count) ? names[size_t(t)] : "?";
 }
@@ -137,6 +138,9 @@ class cuda_backend : public backend {
             case op_type::gemm: return supports_gemm(op);
             case op_type::attn_decode: return supports_attn_decode(op);
             case op_type::attn_prefill: return supports_attn_prefill(op);
+            case op_type::kv_quantize:
+            case op_type::attn_decode_quant:
+            case op_type::probe_scores: return support::no("not implemented on CUDA yet");
             case op_type::count: return support::no("unknown op");
             default: return support::yes();
         }
@@ -211,6 +215,9 @@ class cuda_backend : public backend {
             case op_type::kv_append: run_kv_append(ctx_, op); break;
             case op_type::attn_decode: run_attn_decode(ctx_, op); break;
             case op_type::attn_prefill: run_attn_prefill(ctx_, op); break;
+            case op_type::kv_quantize:
+            case op_type::attn_decode_quant:
+            case op_type::probe_scores:
             case op_type::count: KVCOMP_THROW(status::internal, name(), ": op_type::count is not an op");
         }
         if (debug_sync_) {

@@ -1,6 +1,7 @@
 // Op names, descriptions for messages, and the shared validation every backend runs first.
 #include "core/op.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/backend.h"
@@ -22,6 +23,9 @@ const char * op_name(op_type t) {
         case op_type::kv_append: return "kv_append";
         case op_type::attn_decode: return "attn_decode";
         case op_type::attn_prefill: return "attn_prefill";
+        case op_type::kv_quantize: return "kv_quantize";
+        case op_type::attn_decode_quant: return "attn_decode_quant";
+        case op_type::probe_scores: return "probe_scores";
         case op_type::count: break;
     }
     return "?";
@@ -77,6 +81,28 @@ struct param_printer {
         os << "batch=" << p.batch << ",tokens=" << p.n_tokens << ",q_heads=" << p.n_q_heads
            << ",kv_heads=" << p.n_kv_heads << ",hd=" << p.head_dim << ",max_len=" << p.max_seq_len;
     }
+    void qb(const qblock_layout & q) {
+        os << "kv_heads=" << q.n_kv_heads << ",hd=" << q.head_dim << ",hi=" << q.hi_tokens << "x" << q.hi_bits
+           << "b,lo=" << q.lo_tokens << "x" << q.lo_bits << "b,v_group=" << q.v_group
+           << ",cscale=" << (q.channel_scale ? 1 : 0);
+    }
+    void operator()(const kv_quantize_params & p) {
+        qb(p.q);
+        os << ",blocks=" << p.n_blocks << ",src_tokens=" << p.n_src_tokens << ",row_tokens=" << p.row_tokens
+           << ",slots=" << p.n_slots;
+    }
+    void operator()(const attn_decode_quant_params & p) {
+        qb(p.q);
+        os << ",batch=" << p.batch << ",q_heads=" << p.n_q_heads << ",slots=" << p.n_slots
+           << ",blocks=" << p.nnz_blocks << ",win_rows=" << p.n_win_rows << ",win=" << p.win_tokens
+           << ",max_tokens=" << p.max_tokens;
+        if (p.n_splits) os << ",splits=" << p.n_splits;
+    }
+    void operator()(const probe_scores_params & p) {
+        os << "probes=" << p.n_probes << ",keys=" << p.n_keys << ",q_heads=" << p.n_q_heads
+           << ",kv_heads=" << p.n_kv_heads << ",hd=" << p.head_dim << ",row_tokens=" << p.row_tokens
+           << ",lse=" << (p.use_lse ? 1 : 0);
+    }
 };
 
 // Validation helpers: each failure names the op (with parameters), the operand and the value.
@@ -106,6 +132,26 @@ struct checker {
 };
 
 constexpr std::initializer_list<dtype> floats = {dtype::f32, dtype::f16, dtype::bf16};
+
+void check_qblock(const checker & c, const qblock_layout & q) {
+    c.positive(q.n_kv_heads, "n_kv_heads");
+    c.positive(q.head_dim, "head_dim");
+    c.non_negative(q.hi_tokens, "hi_tokens");
+    c.non_negative(q.lo_tokens, "lo_tokens");
+    KVCOMP_CHECK_ARG(q.block_tokens() > 0, c.what(), ": a block must hold at least one token");
+    for (int32_t bits : {q.hi_bits, q.lo_bits})
+        KVCOMP_CHECK_ARG(bits == 2 || bits == 4 || bits == 8, c.what(), ": bits must be 2, 4 or 8, got ", bits);
+    KVCOMP_CHECK_ARG(q.head_dim % 16 == 0, c.what(), ": head_dim must be a multiple of 16 for packed codes, got ",
+                     q.head_dim);
+    KVCOMP_CHECK_ARG(q.v_group > 0 && q.head_dim % q.v_group == 0, c.what(), ": v_group (", q.v_group,
+                     ") must divide head_dim (", q.head_dim, ")");
+}
+
+// Tokens a K/V source holds under the row_tokens addressing of core/op.h.
+int64_t source_elems(int64_t tokens, int64_t row_tokens, int64_t n_kv_heads, int64_t head_dim) {
+    const int64_t rows = row_tokens > 0 ? (tokens + row_tokens - 1) / row_tokens : 0;
+    return (row_tokens > 0 ? rows * row_tokens : tokens) * n_kv_heads * head_dim;
+}
 
 void check_kv(const checker & c, const kv_layout & l) {
     c.positive(l.n_pages, "n_pages");
@@ -144,6 +190,9 @@ KVCOMP_INSTANTIATE_MAKE_OP(argmax_params)
 KVCOMP_INSTANTIATE_MAKE_OP(kv_append_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_params)
+KVCOMP_INSTANTIATE_MAKE_OP(kv_quantize_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_quant_params)
+KVCOMP_INSTANTIATE_MAKE_OP(probe_scores_params)
 #undef KVCOMP_INSTANTIATE_MAKE_OP
 
 std::string describe(const op_desc & op) {
@@ -324,6 +373,66 @@ void check_op(const op_desc & op) {
             c.operand(s[2], "v", {f16}, p.n_tokens * p.n_kv_heads * p.head_dim);
             c.operand(s[3], "seq_indptr", {i32}, p.batch + 1);
             c.operand(d[0], "out", {f32}, p.n_tokens * p.n_q_heads * p.head_dim);
+            break;
+        }
+        case op_type::kv_quantize: {
+            const auto & p = op.get<kv_quantize_params>();
+            check_qblock(c, p.q);
+            c.non_negative(p.n_blocks, "n_blocks");
+            c.non_negative(p.n_src_tokens, "n_src_tokens");
+            c.non_negative(p.row_tokens, "row_tokens");
+            c.positive(p.n_slots, "n_slots");
+            const int64_t src = source_elems(p.n_src_tokens, p.row_tokens, p.q.n_kv_heads, p.q.head_dim);
+            c.operand(s[0], "k", {f32, f16}, src);
+            c.operand(s[1], "v", {f32, f16}, src);
+            c.operand(s[2], "plan", {i32}, p.n_blocks * 3);
+            c.operand(s[3], "rows", {i32}, p.n_blocks * p.q.n_kv_heads * p.q.block_tokens());
+            c.operand(d[0], "pool", {dtype::u8}, p.n_slots * p.q.slot_bytes());
+            break;
+        }
+        case op_type::attn_decode_quant: {
+            const auto & p = op.get<attn_decode_quant_params>();
+            check_qblock(c, p.q);
+            c.positive(p.batch, "batch");
+            c.positive(p.n_q_heads, "n_q_heads");
+            c.positive(p.n_slots, "n_slots");
+            c.non_negative(p.nnz_blocks, "nnz_blocks");
+            c.positive(p.n_win_rows, "n_win_rows");
+            c.positive(p.win_tokens, "win_tokens");
+            c.non_negative(p.max_tokens, "max_tokens");
+            c.non_negative(p.n_splits, "n_splits");
+            KVCOMP_CHECK_ARG(p.n_q_heads % p.q.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
+                             ") must be a multiple of n_kv_heads (", p.q.n_kv_heads, ")");
+            const int64_t q = p.batch * p.n_q_heads * p.q.head_dim;
+            const int64_t win = p.n_win_rows * p.q.n_kv_heads * p.win_tokens * p.q.head_dim;
+            c.operand(s[0], "q", {f32}, q);
+            c.operand(s[1], "pool", {dtype::u8}, p.n_slots * p.q.slot_bytes());
+            c.operand(s[2], "block_indptr", {i32}, p.batch + 1);
+            // An empty index list is passed as a 1-element placeholder.
+            c.operand(s[3], "block_indices", {i32}, std::max<int64_t>(p.nnz_blocks, 1));
+            c.operand(s[4], "win_k", {f16}, win);
+            c.operand(s[5], "win_v", {f16}, win);
+            c.operand(s[6], "win", {i32}, p.batch * 3);
+            c.operand(d[0], "out", {f32}, q);
+            c.operand(d[1], "lse", {f32}, p.batch * p.n_q_heads);
+            break;
+        }
+        case op_type::probe_scores: {
+            const auto & p = op.get<probe_scores_params>();
+            c.non_negative(p.n_probes, "n_probes");
+            c.positive(p.n_keys, "n_keys");
+            c.positive(p.n_q_heads, "n_q_heads");
+            c.positive(p.n_kv_heads, "n_kv_heads");
+            c.positive(p.head_dim, "head_dim");
+            c.non_negative(p.row_tokens, "row_tokens");
+            KVCOMP_CHECK_ARG(p.n_q_heads % p.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
+                             ") must be a multiple of n_kv_heads (", p.n_kv_heads, ")");
+            c.operand(s[0], "q", {f32}, std::max<int64_t>(p.n_probes, 1) * p.n_q_heads * p.head_dim);
+            c.operand(s[1], "probe_pos", {i32}, std::max<int64_t>(p.n_probes, 1));
+            c.operand(s[2], "k", {f32, f16}, source_elems(p.n_keys, p.row_tokens, p.n_kv_heads, p.head_dim));
+            c.operand(s[3], "key_pos", {i32}, p.n_keys);
+            if (p.use_lse) c.operand(s[4], "lse", {f32}, std::max<int64_t>(p.n_probes, 1) * p.n_q_heads);
+            c.operand(d[0], "scores", {f32}, p.n_kv_heads * p.n_keys);
             break;
         }
         case op_type::count: break;

@@ -20,6 +20,7 @@
 #include <string>
 #include <variant>
 
+#include "core/qblock.h"
 #include "core/tensor.h"
 
 namespace kvcomp {
@@ -37,6 +38,9 @@ enum class op_type : int32_t {
     kv_append,     // write new K/V tokens into paged fp16 pages
     attn_decode,   // one query token per request against its paged KV
     attn_prefill,  // causal attention over a ragged batch of prompts
+    kv_quantize,        // quantize tokens into quantized KV blocks (core/qblock.h)
+    attn_decode_quant,  // decode attention over quantized blocks plus an fp16 window
+    probe_scores,       // attention column sums of probe queries (ZipCache saliency)
     count
 };
 
@@ -155,11 +159,65 @@ struct attn_prefill_params {
     float scale = 1.0f;
 };
 
+// Token addressing of the K/V sources of kv_quantize and probe_scores:
+//   row_tokens == 0: token-major [n_tokens, n_kv_heads, head_dim] (a step's new k/v);
+//   row_tokens == T: head-major rows [n_rows, n_kv_heads, T, head_dim] (fp16 pages or windows),
+//                    token t is row t / T, slot t % T.
+// Element (t, h, c) is at ((t * n_kv_heads + h) * head_dim + c), respectively
+// (((t / T) * n_kv_heads + h) * T + t % T) * head_dim + c.
+
+// Quantizes blocks of tokens into slots of a quantized block pool (format and quantizer in
+// core/qblock.h). Block i goes to slot plan[i,0] and stores plan[i,1] hi and plan[i,2] lo tokens;
+// for KV head h its hi tokens are rows[i,h,0 .. n_hi) and its lo tokens rows[i,h,n_hi .. n_hi+n_lo)
+// (token numbers of the sources; each head may pick different tokens). The whole slot is written.
+// src0 k, src1 v: f32|f16, n_src_tokens tokens addressed by row_tokens (above);
+// src2 plan i32 [n_blocks, 3]; src3 rows i32 [n_blocks, n_kv_heads, block_tokens];
+// dst0 pool u8 [n_slots * slot_bytes]. Slots of one call must differ.
+struct kv_quantize_params {
+    qblock_layout q;
+    int64_t n_blocks = 0, n_src_tokens = 0, row_tokens = 0, n_slots = 0;
+};
+
+// Decode attention over quantized blocks and an fp16 window: request b attends to the tokens of
+// its blocks (slots block_indices[block_indptr[b] .. block_indptr[b+1]), each with the n_hi + n_lo
+// tokens its header names, dequantized as in core/qblock.h) and to its window tokens: win[b] =
+// (row, start, len) names len tokens at slots (start + j) % win_tokens, j < len, of fp16 window
+// row `row`. Exact softmax over all of them with logits scale * q.k.
+// src0 q f32 [batch, n_q_heads, head_dim]; src1 pool u8 [n_slots * slot_bytes];
+// src2 block_indptr i32 [batch+1]; src3 block_indices i32 [nnz_blocks];
+// src4 win_k, src5 win_v: f16 [n_win_rows, n_kv_heads, win_tokens, head_dim]; src6 win i32 [batch, 3];
+// dst0 out f32 [batch, n_q_heads, head_dim]; dst1 lse f32 [batch, n_q_heads] = log of the softmax
+// denominator sum_j exp(logit_j) (-inf, with out = 0, for a request without tokens).
+// max_tokens bounds every request's token count (for split-KV); n_splits 0 = backend's choice.
+struct attn_decode_quant_params {
+    qblock_layout q;
+    int64_t batch = 0, n_q_heads = 0, n_slots = 0, nnz_blocks = 0, n_win_rows = 0, win_tokens = 0;
+    int64_t max_tokens = 0;
+    float scale = 1.0f;
+    int32_t n_splits = 0;
+};
+
+// Saliency of keys as ZipCache's probe queries see them (paper Eq. 8/9 numerator): for KV head h
+// and key i, scores[h,i] = sum over the query heads g of h's GQA group and over the probes p with
+// probe_pos[p] >= key_pos[i] of exp(scale * q[p,g].k[i] - lse[p,g]), where lse[p,g] is
+// src4 when use_lse (the full row's log-denominator, e.g. from attn_decode_quant) and otherwise
+// log sum over keys i' with key_pos[i'] <= probe_pos[p] of exp(scale * q[p,g].k[i']).
+// The host divides by the structural count of unmasked probes (not computed here).
+// src0 q f32 [n_probes, n_q_heads, head_dim]; src1 probe_pos i32 [n_probes];
+// src2 k f32|f16, n_keys tokens addressed by row_tokens; src3 key_pos i32 [n_keys];
+// src4 lse f32 [n_probes, n_q_heads] (only when use_lse); dst0 scores f32 [n_kv_heads, n_keys].
+struct probe_scores_params {
+    int64_t n_probes = 0, n_keys = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, row_tokens = 0;
+    float scale = 1.0f;
+    bool use_lse = false;
+};
+
 using op_params = std::variant<copy_params, add_params, gemm_params, rms_norm_params, rope_params,
                                silu_mul_params, softmax_params, get_rows_params, argmax_params,
-                               kv_append_params, attn_decode_params, attn_prefill_params>;
+                               kv_append_params, attn_decode_params, attn_prefill_params, kv_quantize_params,
+                               attn_decode_quant_params, probe_scores_params>;
 
-constexpr int max_op_src = 6;
+constexpr int max_op_src = 8;
 constexpr int max_op_dst = 2;
 
 struct op_desc {

@@ -48,6 +48,9 @@ protected:
             case op_type::kv_append: return run_kv_append(op);
             case op_type::attn_decode: return run_attn_decode(op);
             case op_type::attn_prefill: return run_attn_prefill(op);
+            case op_type::kv_quantize: return run_kv_quantize(op);
+            case op_type::attn_decode_quant: return run_attn_decode_quant(op);
+            case op_type::probe_scores: return run_probe_scores(op);
             case op_type::count: break;
         }
         KVCOMP_THROW(status::internal, "cpu: unhandled op ", describe(op));

@@ -63,5 +63,8 @@ void run_argmax(const op_desc & op);
 void run_kv_append(const op_desc & op);
 void run_attn_decode(const op_desc & op);
 void run_attn_prefill(const op_desc & op);
+void run_kv_quantize(const op_desc & op);
+void run_attn_decode_quant(const op_desc & op);
+void run_probe_scores(const op_desc & op);
 
 }  // namespace kvcomp::cpu

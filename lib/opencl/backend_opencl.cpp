@@ -412,6 +412,10 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_decode(*this, op);
         case op_type::attn_prefill:
             return supports_attn_prefill(*this, op);
+        case op_type::kv_quantize:
+        case op_type::attn_decode_quant:
+        case op_type::probe_scores:
+            return support::no("not implemented on OpenCL yet");
         case op_type::count:
             return support::no("unknown op");
         default:
@@ -457,6 +461,9 @@ void cl_backend::run_checked(const op_desc & op) {
         case op_type::attn_prefill:
             run_attn_prefill(*this, op);
             break;
+        case op_type::kv_quantize:
+        case op_type::attn_decode_quant:
+        case op_type::probe_scores:
         case op_type::count:
             KVCOMP_THROW(status::internal, "opencl: unhandled op ", describe(op));
     }

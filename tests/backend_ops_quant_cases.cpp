@@ -1,0 +1,385 @@
+// Test cases of the quantized-KV ops. Accepted error (see backend_ops_cases.cpp for the others):
+//
+//   op                 metric  threshold  why
+//   kv_quantize        exact   -          codes and f16 parameters are specified operation by
+//                                         operation (core/qblock.h): every backend must match
+//   attn_decode_quant  nmse    1e-6       as attn_decode; dequantization may fuse multiply-add
+//   probe_scores       nmse    1e-6       fp32 exp and sums in any order
+#include "backend_ops_quant_cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "core/qblock_codec.h"
+
+namespace kvcomp::test {
+
+namespace {
+
+void put_i32(host_tensor & t, const std::vector<int32_t> & v) {
+    KVCOMP_ASSERT(int64_t(v.size()) == t.numel());
+    std::copy(v.begin(), v.end(), t.as<int32_t>());
+}
+
+template <typename T>
+void shuffle(std::vector<T> & v, test_rng & rng) {
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.below(int64_t(i)))]);
+}
+
+std::string layout_vars(const qblock_layout & q) {
+    std::ostringstream os;
+    os << "kv_heads=" << q.n_kv_heads << ",hd=" << q.head_dim << ",hi=" << q.hi_tokens << "x" << q.hi_bits
+       << ",lo=" << q.lo_tokens << "x" << q.lo_bits << ",v_group=" << q.v_group
+       << ",cscale=" << (q.channel_scale ? 1 : 0);
+    return os.str();
+}
+
+std::string join(const std::vector<int64_t> & v) {
+    std::ostringstream os;
+    os << '[';
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+    os << ']';
+    return os.str();
+}
+
+// Shape of a K/V source of `tokens` tokens under the row_tokens addressing of core/op.h.
+std::vector<int64_t> source_shape(int64_t tokens, int64_t row_tokens, int64_t kv_heads, int64_t hd) {
+    if (row_tokens == 0) return {tokens, kv_heads, hd};
+    return {(tokens + row_tokens - 1) / row_tokens, kv_heads, row_tokens, hd};
+}
+
+// Splits n tokens of a block into hi/lo counts that fit the layout (varied, some segments empty).
+std::pair<int32_t, int32_t> split_counts(const qblock_layout & q, int64_t n) {
+    const int32_t lo = int32_t(std::min<int64_t>(q.lo_tokens, n - std::min<int64_t>(q.hi_tokens, n / 3)));
+    return {int32_t(n - lo), lo};
+}
+
+// Realistic K/V rows: normal values, one outlier channel (x20), one constant key channel (zero
+// range) and occasional all-zero value tokens (zero range of a token group).
+float kv_value(test_rng & rng, int64_t c, bool is_key, int64_t token) {
+    if (is_key && c == 5) return 0.75f;
+    if (!is_key && token % 7 == 3) return 0.0f;
+    const float x = rng.normal();
+    return c == 3 ? 20.0f * x : x;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+kv_quantize_case::kv_quantize_case(const quant_spec & s) : s_(s) {
+    n_blocks_ = int64_t(s.blocks.size());
+    n_src_ = std::accumulate(s.blocks.begin(), s.blocks.end(), int64_t(0)) + 5;
+    n_slots_ = n_blocks_ + 2;
+    const auto src = source_shape(n_src_, s.row_tokens, s.q.n_kv_heads, s.q.head_dim);
+    add_tensor("k", s.src_type, src, tensor_role::input);
+    add_tensor("v", s.src_type, src, tensor_role::input);
+    add_tensor("plan", dtype::i32, {n_blocks_, 3}, tensor_role::input);
+    add_tensor("rows", dtype::i32, {n_blocks_, s.q.n_kv_heads, s.q.block_tokens()}, tensor_role::input);
+    add_tensor("pool", dtype::u8, {n_slots_ * s.q.slot_bytes()}, tensor_role::inout, compare_kind::exact);
+}
+std::string kv_quantize_case::vars() const {
+    std::ostringstream os;
+    os << layout_vars(s_.q) << ",src=" << dtype_name(s_.src_type) << ",row_tokens=" << s_.row_tokens
+       << ",blocks=" << join(s_.blocks);
+    return os.str();
+}
+void kv_quantize_case::init(test_rng & rng) {
+    const qblock_layout & q = s_.q;
+    for (int i = 0; i < 2; ++i) {
+        host_tensor & t = tensors_[size_t(i)];
+        const int64_t T = s_.row_tokens;
+        for (int64_t e = 0; e < t.numel(); ++e) {
+            const int64_t c = e % q.head_dim;
+            const int64_t token = T ? (e / (q.head_dim * T * q.n_kv_heads)) * T + (e / q.head_dim) % T
+                                    : e / (q.head_dim * q.n_kv_heads);
+            set_float(t, e, kv_value(rng, c, i == 0, token));
+        }
+    }
+    std::vector<int32_t> slots(static_cast<size_t>(n_slots_));
+    std::iota(slots.begin(), slots.end(), 0);
+    shuffle(slots, rng);
+    std::vector<int32_t> plan, rows(size_t(n_blocks_ * q.n_kv_heads * q.block_tokens()), 0);
+    for (int64_t i = 0; i < n_blocks_; ++i) {
+        const auto [hi, lo] = split_counts(q, s_.blocks[size_t(i)]);
+        plan.insert(plan.end(), {slots[size_t(i)], hi, lo});
+        for (int64_t h = 0; h < q.n_kv_heads; ++h) {
+            // Each head picks its own tokens, in its own order.
+            std::vector<int32_t> tokens(static_cast<size_t>(n_src_));
+            std::iota(tokens.begin(), tokens.end(), 0);
+            shuffle(tokens, rng);
+            std::copy(tokens.begin(), tokens.begin() + (hi + lo),
+                      rows.begin() + (i * q.n_kv_heads + h) * q.block_tokens());
+        }
+    }
+    put_i32(tensors_[2], plan);
+    put_i32(tensors_[3], rows);
+    for (auto & b : tensors_[4].data) b = uint8_t(rng.next());  // slots not written must stay as they are
+}
+op_desc kv_quantize_case::build(const std::vector<tensor> & v) const {
+    kv_quantize_params p;
+    p.q = s_.q;
+    p.n_blocks = n_blocks_;
+    p.n_src_tokens = n_src_;
+    p.row_tokens = s_.row_tokens;
+    p.n_slots = n_slots_;
+    return make_op(p, {v[0], v[1], v[2], v[3]}, {v[4]});
+}
+
+// ---------------------------------------------------------------------------------------------
+
+attn_decode_quant_case::attn_decode_quant_case(const quant_spec & s) : s_(s) {
+    batch_ = int64_t(s.blocks.size());
+    nnz_ = std::accumulate(s.blocks.begin(), s.blocks.end(), int64_t(0));
+    n_slots_ = nnz_ + 2;
+    n_win_rows_ = batch_ + 1;
+    const qblock_layout & q = s.q;
+    add_tensor("q", dtype::f32, {batch_, s.n_q_heads, q.head_dim}, tensor_role::input);
+    add_tensor("pool", dtype::u8, {n_slots_ * q.slot_bytes()}, tensor_role::input);
+    add_tensor("block_indptr", dtype::i32, {batch_ + 1}, tensor_role::input);
+    add_tensor("block_indices", dtype::i32, {std::max<int64_t>(nnz_, 1)}, tensor_role::input);
+    add_tensor("win_k", dtype::f16, {n_win_rows_, q.n_kv_heads, s.win_tokens, q.head_dim}, tensor_role::input);
+    add_tensor("win_v", dtype::f16, {n_win_rows_, q.n_kv_heads, s.win_tokens, q.head_dim}, tensor_role::input);
+    add_tensor("win", dtype::i32, {batch_, 3}, tensor_role::input);
+    add_tensor("out", dtype::f32, {batch_, s.n_q_heads, q.head_dim}, tensor_role::output);
+    add_tensor("lse", dtype::f32, {batch_, s.n_q_heads}, tensor_role::output);
+    // Full blocks except each request's last (partial: its true count is in the slot header).
+    for (int64_t b = 0; b < batch_; ++b)
+        max_tokens_ = std::max(max_tokens_, s.blocks[size_t(b)] * q.block_tokens() + s.window[size_t(b)]);
+}
+std::string attn_decode_quant_case::vars() const {
+    std::ostringstream os;
+    os << layout_vars(s_.q) << ",q_heads=" << s_.n_q_heads << ",blocks=" << join(s_.blocks)
+       << ",window=" << join(s_.window) << ",win=" << s_.win_tokens;
+    return os.str();
+}
+uint64_t attn_decode_quant_case::bytes() const {
+    uint64_t win = 0;
+    for (int64_t w : s_.window) win += uint64_t(w);
+    return uint64_t(nnz_ * s_.q.slot_bytes()) + win * uint64_t(s_.q.n_kv_heads * s_.q.head_dim) * 4 +
+           2 * uint64_t(batch_ * s_.n_q_heads * s_.q.head_dim) * 4;
+}
+uint64_t attn_decode_quant_case::flops() const {
+    return 4 * uint64_t(max_tokens_ * batch_ * s_.n_q_heads * s_.q.head_dim);
+}
+void attn_decode_quant_case::init(test_rng & rng) {
+    const qblock_layout & q = s_.q;
+    const int64_t hd = q.head_dim;
+    fill_normal(tensors_[0], rng);
+    // Unused slots hold random bytes: a kernel that reads them produces garbage.
+    host_tensor & pool = tensors_[1];
+    for (auto & byte : pool.data) byte = uint8_t(rng.next());
+    std::vector<int32_t> slots(static_cast<size_t>(n_slots_));
+    std::iota(slots.begin(), slots.end(), 0);
+    shuffle(slots, rng);
+    std::vector<int32_t> indptr{0}, indices;
+    for (int64_t b = 0; b < batch_; ++b) {
+        for (int64_t i = 0; i < s_.blocks[size_t(b)]; ++i) {
+            const int32_t slot = slots[indices.size()];
+            indices.push_back(slot);
+            const bool last = i + 1 == s_.blocks[size_t(b)];
+            const int64_t n = last && s_.partial_last ? 1 + rng.below(q.block_tokens()) : q.block_tokens();
+            const auto [hi, lo] = split_counts(q, n);
+            std::vector<float> kd(size_t(n * q.n_kv_heads * hd)), vd(kd.size());
+            for (size_t e = 0; e < kd.size(); ++e) {
+                kd[e] = kv_value(rng, int64_t(e) % hd, true, int64_t(e) / (hd * q.n_kv_heads));
+                vd[e] = kv_value(rng, int64_t(e) % hd, false, int64_t(e) / (hd * q.n_kv_heads));
+            }
+            auto at = [&](const std::vector<float> & d) {
+                return [&d, &q, hd](int64_t t, int64_t h, int64_t c) { return d[size_t((t * q.n_kv_heads + h) * hd + c)]; };
+            };
+            qblock::encode_slot(q, pool.data.data() + slot * q.slot_bytes(), hi, lo,
+                                [](int64_t, int64_t j) { return j; }, at(kd), at(vd));
+        }
+        indptr.push_back(int32_t(indices.size()));
+    }
+    indices.resize(size_t(std::max<int64_t>(nnz_, 1)), 0);
+    put_i32(tensors_[2], indptr);
+    put_i32(tensors_[3], indices);
+    // Windows: request b uses row (b + 1) % rows from a random start; slots outside its window
+    // hold K = 0, V = 3e4, so any weight they get shows in the output.
+    std::vector<int32_t> win;
+    host_tensor & wk = tensors_[4];
+    host_tensor & wv = tensors_[5];
+    for (int64_t e = 0; e < wk.numel(); ++e) set_float(wk, e, 0.0f), set_float(wv, e, 3e4f);
+    for (int64_t b = 0; b < batch_; ++b) {
+        const int32_t row = int32_t((b + 1) % n_win_rows_), start = int32_t(rng.below(s_.win_tokens));
+        const int32_t len = int32_t(s_.window[size_t(b)]);
+        win.insert(win.end(), {row, start, len});
+        for (int32_t j = 0; j < len; ++j)
+            for (int64_t h = 0; h < q.n_kv_heads; ++h) {
+                const int64_t base = ((row * q.n_kv_heads + h) * s_.win_tokens + (start + j) % s_.win_tokens) * hd;
+                for (int64_t c = 0; c < hd; ++c) {
+                    set_float(wk, base + c, rng.normal());
+                    set_float(wv, base + c, rng.normal());
+                }
+            }
+    }
+    put_i32(tensors_[6], win);
+}
+op_desc attn_decode_quant_case::build(const std::vector<tensor> & v) const {
+    attn_decode_quant_params p;
+    p.q = s_.q;
+    p.batch = batch_;
+    p.n_q_heads = s_.n_q_heads;
+    p.n_slots = n_slots_;
+    p.nnz_blocks = nnz_;
+    p.n_win_rows = n_win_rows_;
+    p.win_tokens = s_.win_tokens;
+    p.max_tokens = max_tokens_;
+    p.scale = 1.0f / std::sqrt(float(s_.q.head_dim));
+    return make_op(p, {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}, {v[7], v[8]});
+}
+
+// ---------------------------------------------------------------------------------------------
+
+probe_scores_case::probe_scores_case(const quant_spec & s, int64_t n_keys, int64_t n_probes, bool use_lse)
+    : s_(s), n_keys_(n_keys), n_probes_(n_probes), use_lse_(use_lse) {
+    const int64_t hd = s.q.head_dim;
+    add_tensor("q", dtype::f32, {std::max<int64_t>(n_probes, 1), s.n_q_heads, hd}, tensor_role::input);
+    add_tensor("probe_pos", dtype::i32, {std::max<int64_t>(n_probes, 1)}, tensor_role::input);
+    add_tensor("k", s.src_type, source_shape(n_keys, s.row_tokens, s.q.n_kv_heads, hd), tensor_role::input);
+    add_tensor("key_pos", dtype::i32, {n_keys}, tensor_role::input);
+    add_tensor("lse", dtype::f32, {std::max<int64_t>(n_probes, 1), s.n_q_heads}, tensor_role::input);
+    add_tensor("scores", dtype::f32, {s.q.n_kv_heads, n_keys}, tensor_role::output);
+}
+std::string probe_scores_case::vars() const {
+    std::ostringstream os;
+    os << "q_heads=" << s_.n_q_heads << ",kv_heads=" << s_.q.n_kv_heads << ",hd=" << s_.q.head_dim
+       << ",k=" << dtype_name(s_.src_type) << ",row_tokens=" << s_.row_tokens << ",keys=" << n_keys_
+       << ",probes=" << n_probes_ << ",lse=" << (use_lse_ ? 1 : 0);
+    return os.str();
+}
+void probe_scores_case::init(test_rng & rng) {
+    const int64_t hd = s_.q.head_dim, kvh = s_.q.n_kv_heads, group = s_.n_q_heads / kvh;
+    fill_normal(tensors_[0], rng);
+    fill_normal(tensors_[2], rng);
+    // Keys at positions base .. base + n_keys - 1 in shuffled order (a ring window is not in
+    // position order); probes at distinct positions, one of them after every key.
+    const int32_t base = 100;
+    std::vector<int32_t> key_pos(static_cast<size_t>(n_keys_));
+    std::iota(key_pos.begin(), key_pos.end(), base);
+    if (s_.row_tokens) shuffle(key_pos, rng);
+    std::vector<int32_t> probe_pos(size_t(std::max<int64_t>(n_probes_, 1)), base);
+    for (int64_t p = 0; p < n_probes_; ++p)
+        probe_pos[size_t(p)] = p == 0 ? base + int32_t(n_keys_) : base + int32_t(rng.below(n_keys_));
+    put_i32(tensors_[1], probe_pos);
+    put_i32(tensors_[3], key_pos);
+    // lse: the exact log-denominator over the visible keys plus 0.3, as if the row also saw keys
+    // outside this set (the decode case: the window is part of a longer cache).
+    host_tensor & lse = tensors_[4];
+    const float scale = 1.0f / std::sqrt(float(hd));
+    for (int64_t p = 0; p < std::max<int64_t>(n_probes_, 1); ++p)
+        for (int64_t h = 0; h < s_.n_q_heads; ++h) {
+            double mx = -INFINITY, sum = 0.0;
+            std::vector<double> logits;
+            for (int64_t i = 0; i < n_keys_; ++i) {
+                if (key_pos[size_t(i)] > probe_pos[size_t(p)]) continue;
+                double dot = 0.0;
+                for (int64_t c = 0; c < hd; ++c) {
+                    const int64_t T = s_.row_tokens;
+                    const int64_t e = T ? (((i / T) * kvh + h / group) * T + i % T) * hd + c
+                                        : (i * kvh + h / group) * hd + c;
+                    dot += double(get_float(tensors_[0], (p * s_.n_q_heads + h) * hd + c)) *
+                           double(get_float(tensors_[2], e));
+                }
+                logits.push_back(dot * scale);
+                mx = std::max(mx, logits.back());
+            }
+            for (double l : logits) sum += std::exp(l - mx);
+            set_float(lse, p * s_.n_q_heads + h, logits.empty() ? 0.0f : float(mx + std::log(sum) + 0.3));
+        }
+}
+op_desc probe_scores_case::build(const std::vector<tensor> & v) const {
+    probe_scores_params p;
+    p.n_probes = n_probes_;
+    p.n_keys = n_keys_;
+    p.n_q_heads = s_.n_q_heads;
+    p.n_kv_heads = s_.q.n_kv_heads;
+    p.head_dim = s_.q.head_dim;
+    p.row_tokens = s_.row_tokens;
+    p.scale = 1.0f / std::sqrt(float(s_.q.head_dim));
+    p.use_lse = use_lse_;
+    return make_op(p, {v[0], v[1], v[2], v[3], use_lse_ ? v[4] : tensor{}}, {v[5]});
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// ZipCache's default block (G = 100: 40 salient tokens at 4 bits, 60 at 2 bits, CST values).
+qblock_layout zipcache_layout(int64_t kv_heads, int64_t hd, int32_t hi = 40, int32_t lo = 60) {
+    qblock_layout q;
+    q.n_kv_heads = kv_heads, q.head_dim = hd, q.hi_tokens = hi, q.lo_tokens = lo;
+    q.hi_bits = 4, q.lo_bits = 2, q.v_group = int32_t(hd), q.channel_scale = true;
+    return q;
+}
+// KIVI: one segment of `group` tokens at `bits`, values per token in groups of 32 channels.
+qblock_layout kivi_layout(int64_t kv_heads, int64_t hd, int32_t bits, int32_t group = 32) {
+    qblock_layout q;
+    q.n_kv_heads = kv_heads, q.head_dim = hd, q.hi_tokens = group, q.lo_tokens = 0;
+    q.hi_bits = bits, q.lo_bits = bits, q.v_group = 32, q.channel_scale = false;
+    return q;
+}
+quant_spec spec(const qblock_layout & q, int64_t q_heads, std::vector<int64_t> blocks, std::vector<int64_t> window = {},
+                int64_t win_tokens = 16, dtype src = dtype::f32, int64_t row_tokens = 0) {
+    quant_spec s;
+    s.q = q, s.n_q_heads = q_heads, s.blocks = std::move(blocks), s.window = std::move(window);
+    s.win_tokens = win_tokens, s.src_type = src, s.row_tokens = row_tokens;
+    return s;
+}
+
+}  // namespace
+
+void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
+    const dtype f16 = dtype::f16, f32 = dtype::f32;
+    auto add = [&](case_ptr c) { out.push_back(std::move(c)); };
+    if (set == case_set::full || set == case_set::smoke) {
+        // kv_quantize: ZipCache and KIVI layouts, 2/4/8 bits, f32 token-major and f16 window sources,
+        // full, partial and single-token blocks.
+        add(std::make_unique<kv_quantize_case>(spec(zipcache_layout(2, 64), 8, {100, 37, 1}, {}, 16, f32)));
+        add(std::make_unique<kv_quantize_case>(spec(kivi_layout(8, 128, 2), 32, {32, 32, 5}, {}, 16, f32)));
+        add(std::make_unique<kv_quantize_case>(spec(kivi_layout(2, 64, 4), 8, {32, 17}, {}, 16, f16, 48)));
+        if (set == case_set::full) {
+            qblock_layout q8 = zipcache_layout(4, 128, 20, 12);
+            q8.hi_bits = 8;
+            add(std::make_unique<kv_quantize_case>(spec(q8, 16, {32, 3, 30}, {}, 16, f16, 64)));
+            add(std::make_unique<kv_quantize_case>(spec(kivi_layout(1, 64, 2, 64), 4, {64}, {}, 16, f32)));
+        }
+        // attn_decode_quant: GQA 4:1 and 8:1, windows empty to full, requests without blocks.
+        add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 64), 8, {3, 1, 0}, {5, 0, 16}, 16)));
+        add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(8, 128, 2), 32, {2, 5}, {31, 1}, 48)));
+        if (set == case_set::full) {
+            add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(4, 128, 4), 16, {40}, {63}, 64)));
+            add(std::make_unique<attn_decode_quant_case>(
+                spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32)));
+        }
+        // probe_scores: token-major f32 prompt keys and f16 ring windows, with and without lse.
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f32), 200, 21, false));
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f16, 128), 100, 7, true));
+        if (set == case_set::full) {
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 333, 34, false));
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(1, 64), 4, {}, {}, 16, f32), 1, 1, false));
+        }
+    } else {
+        // Perf: Llama-3-8B decode shapes (32/8 heads of 128) at 4K x 16 and 32K x 1 tokens.
+        const bool cpu = set == case_set::perf_cpu;
+        const int64_t s = cpu ? 8 : 1;
+        for (const qblock_layout & q : {zipcache_layout(8, 128), kivi_layout(8, 128, 2, 64)}) {
+            const int64_t g = q.block_tokens();
+            const int64_t batch = cpu ? 4 : 16;
+            for (auto [b, ctx] : {std::pair<int64_t, int64_t>{batch, 4096 / s}, {1, 32768 / s}}) {
+                quant_spec sp = spec(q, 32, std::vector<int64_t>(size_t(b), ctx / g),
+                                     std::vector<int64_t>(size_t(b), ctx % g), g);
+                sp.partial_last = false;
+                add(std::make_unique<attn_decode_quant_case>(sp));
+            }
+        }
+        add(std::make_unique<kv_quantize_case>(spec(zipcache_layout(8, 128), 32, std::vector<int64_t>(40 / s, 100))));
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 4096 / s, 410 / s, false));
+    }
+}
+
+}  // namespace kvcomp::test

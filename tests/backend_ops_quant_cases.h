@@ -1,0 +1,75 @@
+// Test cases of the quantized-KV ops (kv_quantize, attn_decode_quant, probe_scores; contracts in
+// lib/core/op.h and lib/core/qblock.h). Internal to tests/ and bench/, like backend_ops_cases_impl.h.
+#pragma once
+
+#include "backend_ops_cases.h"
+
+namespace kvcomp::test {
+
+// Shape of a quantized-block case: the layout plus how many blocks/tokens to exercise.
+struct quant_spec {
+    qblock_layout q;
+    int64_t n_q_heads = 8;
+    dtype src_type = dtype::f32;  // kv_quantize / probe_scores sources
+    int64_t row_tokens = 0;       // 0: token-major sources, else head-major rows of this many tokens
+    std::vector<int64_t> blocks;  // attn_decode_quant: blocks per request (kv_quantize: total = size)
+    std::vector<int64_t> window;  // attn_decode_quant: window tokens per request
+    int64_t win_tokens = 16;      // window capacity
+    bool partial_last = true;     // attn_decode_quant: each request's last block holds 1..G tokens
+};
+
+class kv_quantize_case : public test_case {
+  public:
+    explicit kv_quantize_case(const quant_spec & s);
+    op_type op() const override { return op_type::kv_quantize; }
+    std::string vars() const override;
+    double max_nmse() const override { return 0.0; }  // slots compared bit for bit
+    op_desc build(const std::vector<tensor> & v) const override;
+
+  protected:
+    void init(test_rng & rng) override;
+
+  private:
+    quant_spec s_;
+    int64_t n_blocks_ = 0, n_src_ = 0, n_slots_ = 0;
+};
+
+class attn_decode_quant_case : public test_case {
+  public:
+    explicit attn_decode_quant_case(const quant_spec & s);
+    op_type op() const override { return op_type::attn_decode_quant; }
+    std::string vars() const override;
+    double max_nmse() const override { return 1e-6; }
+    uint64_t bytes() const override;  // the requests' slots and window tokens + q + out
+    uint64_t flops() const override;
+    op_desc build(const std::vector<tensor> & v) const override;
+
+  protected:
+    void init(test_rng & rng) override;
+
+  private:
+    quant_spec s_;
+    int64_t batch_ = 0, nnz_ = 0, n_slots_ = 0, n_win_rows_ = 0, max_tokens_ = 0;
+};
+
+class probe_scores_case : public test_case {
+  public:
+    probe_scores_case(const quant_spec & s, int64_t n_keys, int64_t n_probes, bool use_lse);
+    op_type op() const override { return op_type::probe_scores; }
+    std::string vars() const override;
+    double max_nmse() const override { return 1e-6; }
+    op_desc build(const std::vector<tensor> & v) const override;
+
+  protected:
+    void init(test_rng & rng) override;
+
+  private:
+    quant_spec s_;
+    int64_t n_keys_, n_probes_;
+    bool use_lse_;
+};
+
+// The case lists' entries for these ops (called from backend_ops_list.cpp).
+void add_quant_cases(std::vector<case_ptr> & out, case_set set);
+
+}  // namespace kvcomp::test
