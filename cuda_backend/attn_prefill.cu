@@ -9,8 +9,9 @@
 // attn_prefill_mma_kernel<D> (the default): tensor cores through mma.sync.m16n8k16 (fp16 inputs,
 //   fp32 accumulation; sm_80+, so no Hopper-only wgmma/TMA). The fp16 inputs are the stored K/V
 //   bits, q rounded to fp16 after scaling, and the softmax weights p rounded to fp16 for P*V;
-//   max, sum, rescaling and the output stay fp32. (Measured tolerance: see the attn_prefill rows
-//   of tests/backend_ops_cases.cpp.)
+//   max, sum, rescaling and the output stay fp32. Error budget: see the attn_prefill row of the
+//   table in tests/backend_ops_cases.cpp. A scaled q beyond the fp16 range (|q*scale*log2 e| >
+//   65504) would become inf; real activations are orders of magnitude below that.
 //   Grid: x = query head, y = query tile of kBM = 128 rows (grid-stride up to the request's tile
 //   count, heaviest tile first), z = request. A block finds its rows from seq_indptr[z] directly;
 //   tiles past a request's length exit at once. x = head is fastest so the heads of one GQA

@@ -18,7 +18,9 @@
 //   argmax        exact    -          integer output; ties and NaN are specified
 //   kv_append     exact    -          whole page pools bit for bit, untouched pages stay poisoned
 //   attn_decode   nmse     1e-6       fp32 online softmax, fast exp and split-KV merging allowed
-//   attn_prefill  nmse     1e-6       as attn_decode
+//   attn_prefill  nmse     1e-6       as attn_decode; the CUDA tensor-core kernel also rounds the
+//                                     scaled q and the softmax weights to fp16: ~3e-8..6e-8 in a
+//                                     CPU model of it (not yet measured on a GPU)
 #include <algorithm>
 #include <cmath>
 #include <limits>
