@@ -6,6 +6,9 @@
 //   2. the perf case list of test_backend_ops (perf-sized shapes; shrunk on CPU devices).
 //   3. paged fp16 decode attention, 32 query heads / 8 KV heads / head_dim 128 / page 16, for every
 //      batch x context of --batches and --contexts; GB/s counts the KV bytes read plus q and out.
+//   4. causal prefill attention (q f32, K/V f16), 32 query heads / 8 KV heads / head_dim 128, for
+//      every batch x prompt length of --prefill; TFLOP/s counts 4 * head_dim * n_q_heads flops
+//      per visible (query, key) pair, i.e. the causal half: sum over b of L_b (L_b + 1) / 2.
 // Times are the median of --reps runs after --warmup runs, each timed with the backend's device
 // timer (OpenCL profiling events, CUDA events, wall clock on the CPU). Sizes that do not fit in
 // 80% of the device memory are skipped. A table goes to stdout and, with --csv, rows to a CSV
@@ -34,6 +37,7 @@ struct options {
     std::string pattern;
     std::vector<int64_t> contexts{4096, 32768, 131072};
     std::vector<int64_t> batches{1, 16};
+    std::vector<std::pair<int64_t, int64_t>> prefill{{1, 4096}, {16, 4096}, {1, 32768}};  // batch x length
     int reps = 20, warmup = 3;
     int64_t copy_mib = 0;  // 0: by device kind
     std::string csv, commit = KVCOMP_GIT_SHA;
@@ -49,6 +53,8 @@ void usage() {
         "  -o OPS, -p REGEX  filter the op cases by op name / by parameters\n"
         "  --contexts LIST   decode contexts, comma list, K = 1024 (default 4K,32K,128K; 'none' to skip)\n"
         "  --batches LIST    decode batches (default 1,16)\n"
+        "  --prefill LIST    causal prefill shapes BATCHxLENGTH, comma list, K = 1024\n"
+        "                    (default 1x4K,16x4K,1x32K; 'none' to skip)\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
@@ -89,6 +95,21 @@ std::vector<int64_t> parse_sizes(const std::string & s) {
     return out;
 }
 
+// "1x4k,16x4k" -> {(1, 4096), (16, 4096)}; "none" -> {}.
+std::vector<std::pair<int64_t, int64_t>> parse_prefill(const std::string & s) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    if (s == "none") return out;
+    for (const auto & v : split(s)) {
+        const size_t x = v.find('x');
+        if (x == std::string::npos || x == 0 || x + 1 == v.size())
+            throw std::invalid_argument("bad prefill shape '" + v + "' (expected BATCHxLENGTH, e.g. 16x4k)");
+        const auto b = parse_sizes(v.substr(0, x)), l = parse_sizes(v.substr(x + 1));
+        if (b.size() != 1 || l.size() != 1) throw std::invalid_argument("bad prefill shape '" + v + "'");
+        out.emplace_back(b[0], l[0]);
+    }
+    return out;
+}
+
 bool parse(int argc, char ** argv, options & o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -114,6 +135,8 @@ bool parse(int argc, char ** argv, options & o) {
             o.contexts = parse_sizes(value());
         } else if (a == "--batches") {
             o.batches = parse_sizes(value());
+        } else if (a == "--prefill") {
+            o.prefill = parse_prefill(value());
         } else if (a == "--reps") {
             o.reps = std::max(1, std::stoi(value()));
         } else if (a == "--warmup") {
@@ -174,8 +197,8 @@ class reporter {
         std::printf("\n%s: %s (%s %s, driver %s, %.1f GiB)\n", dev_.name.c_str(), dev_.device_name.c_str(),
                     dev_.api.c_str(), dev_.platform.c_str(), dev_.driver_version.c_str(),
                     double(dev_.global_mem_bytes) / (1 << 30));
-        std::printf("%-12s %-64s %6s %8s %11s %10s %8s\n", "op", "shape", "batch", "context", "time_ms",
-                    "GB/s", "%copy");
+        std::printf("%-12s %-64s %6s %8s %11s %10s %8s %9s\n", "op", "shape", "batch", "context", "time_ms",
+                    "GB/s", "%copy", "TFLOP/s");
     }
     void emit(const row & w) {
         const double frac = copy_gbps > 0 && w.r.gbps > 0 ? w.r.gbps / copy_gbps : 0.0;
@@ -185,6 +208,9 @@ class reporter {
         if (!w.note.empty())
             std::printf("%-12s %-64s %6s %8s  %s\n", w.op.c_str(), shape.c_str(), b.c_str(), c.c_str(),
                         w.note.c_str());
+        else if (w.r.gflops > 0)
+            std::printf("%-12s %-64s %6s %8s %11.4f %10.2f %7.1f%% %9.2f\n", w.op.c_str(), shape.c_str(), b.c_str(),
+                        c.c_str(), w.r.median_ms, w.r.gbps, 100.0 * frac, w.r.gflops / 1000.0);
         else
             std::printf("%-12s %-64s %6s %8s %11.4f %10.2f %7.1f%%\n", w.op.c_str(), shape.c_str(), b.c_str(),
                         c.c_str(), w.r.median_ms, w.r.gbps, 100.0 * frac);
@@ -272,6 +298,16 @@ bool bench_device(const device_entry & dev, const options & o) {
             w.context = ctx;
             rep.emit(w);
         }
+    // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes.
+    for (const auto & [batch, len] : o.prefill) {
+        case_ptr c = make_attn_prefill_case(std::vector<int64_t>(size_t(batch), len), 32, 8, 128);
+        row w;
+        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        w.op = "prefill_fp16";
+        w.batch = batch;
+        w.context = len;
+        rep.emit(w);
+    }
     return ok;
 }
 

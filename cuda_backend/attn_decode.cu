@@ -129,21 +129,6 @@ __device__ __forceinline__ void unpack8(const uint4 & r, float (&f)[8]) {
     }
 }
 
-// Per-lane asynchronous 16-byte copy global -> shared (sm_80+). src_bytes = 0 writes zeros
-// without reading global memory (masked tokens).
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem, int src_bytes) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // Dynamic shared memory of a variant: the K/V staging ring, reused for the final merge.
 template <int D, int QP, int U, int NST>
 constexpr size_t decode_smem_bytes() {

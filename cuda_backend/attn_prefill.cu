@@ -1,19 +1,40 @@
 // attn_prefill: causal attention over a ragged batch of prompts, GQA, fp32 online softmax.
 //
-// Kernels: attn_prefill_kernel<D> (D = head_dim, 64 or 128).
-// Grid: x = query tiles of 32 rows over all requests (a tile never spans two requests; each
-//   block finds its request by scanning seq_indptr, so no host copy of the lengths is needed and
-//   max_seq_len is not trusted), y = query head. 128 threads = 4 warps x 8 query rows.
 // Layout (core/op.h): q/out f32 [n_tokens, n_q_heads, D]; k/v f16 [n_tokens, n_kv_heads, D];
 //   seq_indptr i32 [batch+1]: request b owns rows [seq_indptr[b], seq_indptr[b+1]) and its row j
 //   attends to its rows 0..j. Query head h reads KV head h / (n_q_heads / n_kv_heads).
-// Shared memory per block (D = 128: 40 KB): the Q tile (f32, pre-scaled by scale*log2(e)), a
-//   K tile of 32 keys as half2 rows padded by one word (lane j reads key j's row: conflict-free),
-//   and a V tile of 32 keys in f32 (lane reads feature lane + 32c: conflict-free).
-// Per key tile each warp computes, for its 8 rows, the 32 scores (lane j = key j, fp32 FMA over
-//   D), updates the running max / sum in the log2 domain (exp2f), and accumulates o with lanes
-//   over features (D/32 per lane), broadcasting p by shuffles. Correctness first: CUDA cores,
-//   no tensor cores; K/V are re-read for every query head of a group.
+//   D = head_dim, 64 or 128 (others are reported unsupported).
+// Both kernels keep the softmax in the log2 domain: q is pre-scaled by scale*log2(e), exp2f.
+//
+// attn_prefill_mma_kernel<D> (the default): tensor cores through mma.sync.m16n8k16 (fp16 inputs,
+//   fp32 accumulation; sm_80+, so no Hopper-only wgmma/TMA). The fp16 inputs are the stored K/V
+//   bits, q rounded to fp16 after scaling, and the softmax weights p rounded to fp16 for P*V;
+//   max, sum, rescaling and the output stay fp32. Error budget: see the attn_prefill row of the
+//   table in tests/backend_ops_cases.cpp. A scaled q beyond the fp16 range (|q*scale*log2 e| >
+//   65504) would become inf; real activations are orders of magnitude below that.
+//   Grid: x = query head, y = query tile of kBM = 128 rows (grid-stride up to the request's tile
+//   count, heaviest tile first), z = request. A block finds its rows from seq_indptr[z] directly;
+//   tiles past a request's length exit at once. x = head is fastest so the heads of one GQA
+//   group run side by side and share K/V through L2.
+//   Block: 8 warps, warp w owns query rows [16w, 16w+16) of the tile and all D output features.
+//   Per key tile of kBN = 64 keys: S = Q K^T (16 x 64 per warp, fp32 in registers), causal mask
+//   on the diagonal tiles only, online softmax per row (a row lives in one quad of lanes, so its
+//   max/sum need two shuffles), P converted in registers to the A operand of O += P V.
+//   Shared memory (dynamic, 2 stages x (K, V) x 64 rows x (D + 8) halves = 68 KiB for D = 128,
+//   36 KiB for D = 64): K/V tiles are copied with cp.async, double buffered: tile j+1 is in
+//   flight while tile j is used. The fp16 Q tile is staged in stage 1 before the loop, moved to
+//   registers, and stage 1 is then free for K/V. Rows are padded by 8 halves (16 bytes): the
+//   8 row addresses of one ldmatrix phase then fall in 8 different 16-byte bank groups.
+//   Causal skipping: a tile of rows [r0, r0+128) only loads keys [0, min(n, r0+128)); a warp
+//   whose 16 rows all precede a key tile skips its math (it still joins the barriers).
+//   Occupancy: registers bound it, not shared memory. ptxas (CUDA 13, sm_90): 230 registers for
+//   D = 128 (o, s and the Q fragments alone take 128), 134 for D = 64, no spills: one block of
+//   8 warps per SM. Capping D = 64 at 128 registers for two blocks spilled, so it is not done.
+// attn_prefill_simt_kernel<D> (fallback, the original correctness kernel): CUDA cores, fp32
+//   throughout; runs when a pointer is not 16-byte aligned (cp.async / vector loads need it) or
+//   batch exceeds the grid's z limit. Grid x = query tiles of 32 rows over all requests (found
+//   by scanning seq_indptr), y = query head; 128 threads = 4 warps x 8 query rows; shared Q tile
+//   (f32), K tile (half2, padded), V tile (f32); lanes over keys for scores, over features for o.
 #include <climits>
 
 #include "common.cuh"
@@ -22,11 +43,6 @@ namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kRows = 8;  // query rows per warp
-constexpr int kTileQ = kWarps * kRows;  // query rows per block
-constexpr int kTileK = 32;  // keys per tile (one per lane)
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct prefill_args {
@@ -45,8 +61,290 @@ __device__ __forceinline__ void request_rows(const prefill_args & a, int b, int 
     s1 = min(max(a.seq_indptr[b + 1], s0), a.n_tokens);
 }
 
+// ============================================================================================
+// Tensor-core kernel.
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBM = 16 * kWarps;  // query rows per block: one m16 MMA row block per warp
+constexpr int kBN = 64;           // keys per tile
+static_assert(kBN % 16 == 0, "P*V walks the key tile in k16 steps, S in pairs of n8 tiles");
+static_assert(kBM % kBN == 0, "tile starts r0 are then multiples of kBN: the diagonal test is exact");
+static_assert(kBM <= 2 * kBN, "the Q staging area (kBM rows) must fit in one K+V stage (2*kBN rows)");
+
+// Halves per shared row: +16 bytes so the 8 row addresses of an ldmatrix phase spread over banks.
 template <int D>
-__global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const prefill_args a) {
+constexpr int kStride = D + 8;
+template <int D>
+constexpr size_t mma_smem_bytes() {
+    return size_t(2) * 2 * kBN * kStride<D> * sizeof(__half);  // 2 stages x (K, V)
+}
+
+// ldmatrix: lanes 8i..8i+7 give the row addresses (16 bytes each) of 8x8 matrix i; register i of
+// lane t then holds row t/4, columns 2*(t%4) and 2*(t%4)+1 of matrix i (lower column in the low
+// half). With .trans, the same lane holds column t/4, rows 2*(t%4) and 2*(t%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half * p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half * p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+// c (16x8 f32) += a (16x16 f16, row-major) * b (16x8 f16, "col": b stored as 8 columns of 16).
+// Fragments, with g = lane/4, t = lane%4 (PTX ISA, mma.m16n8k16 floating point):
+//   a[0]: row g,   k 2t..2t+1     a[1]: row g+8, k 2t..2t+1
+//   a[2]: row g,   k 2t+8..2t+9   a[3]: row g+8, k 2t+8..2t+9
+//   b[0]: k 2t..2t+1, column g    b[1]: k 2t+8..2t+9, column g
+//   c[0..1]: row g, columns 2t..2t+1    c[2..3]: row g+8, columns 2t..2t+1
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    // Not volatile: a pure register operation, so the compiler may schedule it freely.
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // .x (lower address, lower k) = lo
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// Starts the copies of keys [k0, k0 + kBN) of request rows [s0, s0 + n) into one stage.
+// kBN * D/8 16-byte chunks per matrix, spread over the block; keys >= n are zero-filled (their
+// scores are masked, and zero V keeps 0 * garbage out of the sum). The source of a zero-fill
+// points at row s0 (n >= 1 here) so every address stays inside the tensor.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(const prefill_args & a, __half * sk, __half * sv, int s0, int n,
+                                             int kv_head, int k0) {
+    constexpr int ST = kStride<D>;
+    constexpr int CH = D / 8;  // chunks per row
+    static_assert((kBN * CH) % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+    for (int it = 0; it < kBN * CH / kThreads; ++it) {
+        const int c = int(threadIdx.x) + it * kThreads;  // consecutive threads: consecutive chunks
+        const int r = c / CH, ch = c % CH;
+        const bool ok = k0 + r < n;
+        const int64_t src = (int64_t(s0 + (ok ? k0 + r : 0)) * a.n_kv_heads + kv_head) * D + ch * 8;
+        cp_async16(sk + r * ST + ch * 8, a.k + src, ok ? 16 : 0);
+        cp_async16(sv + r * ST + ch * 8, a.v + src, ok ? 16 : 0);
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefill_args a) {
+    constexpr int ST = kStride<D>;
+    constexpr int KD = D / 16;   // k16 steps of S = Q K^T
+    constexpr int NS = kBN / 8;  // n8 tiles of S (keys)
+    constexpr int NO = D / 8;    // n8 tiles of O (features)
+    static_assert(D % 16 == 0 && NO % 2 == 0, "ldmatrix x4 loads feature tiles in pairs");
+    extern __shared__ uint4 smem_raw[];  // uint4: 16-byte alignment for cp.async and ldmatrix
+    __half * const smem = reinterpret_cast<__half *>(smem_raw);
+    // Stage s holds K rows at smem + s*2*kBN*ST and V rows kBN*ST further.
+    auto stage_k = [&](int s) { return smem + s * 2 * kBN * ST; };
+    auto stage_v = [&](int s) { return smem + s * 2 * kBN * ST + kBN * ST; };
+
+    const int h = blockIdx.x, kv_head = h / a.group;
+    int s0, s1;
+    request_rows(a, int(blockIdx.z), s0, s1);
+    const int n = s1 - s0;
+    const int n_tiles = (n + kBM - 1) / kBM;  // uniform across the block: barriers below are safe
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int qg = lane >> 2, qt = lane & 3;  // mma fragment coordinates g and t (see mma_16816)
+
+    for (int t = int(blockIdx.y); t < n_tiles; t += int(gridDim.y)) {
+        const int r0 = (n_tiles - 1 - t) * kBM;  // heaviest (last) tile first
+        const int k_end = min(n, r0 + kBM);      // causal: no row of this tile sees key >= k_end
+        const int n_kt = (k_end + kBN - 1) / kBN;
+        const int w_first = r0 + 16 * warp;         // this warp's first row (request position)
+        const bool w_active = w_first < n;          // else all its rows are padding
+        const int row_a = w_first + qg, row_b = row_a + 8;  // this lane's two rows
+
+        __syncthreads();  // the previous tile's readers of shared memory are done
+        load_kv_tile<D>(a, stage_k(0), stage_v(0), s0, n, kv_head, 0);
+        cp_async_commit();
+
+        // Q tile -> fp16, pre-scaled, into stage 1 (free until the loop's first prefetch).
+        {
+            __half * sq = stage_k(1);
+            constexpr int C4 = D / 4;  // float4 per row
+            for (int c = threadIdx.x; c < kBM * C4; c += kThreads) {
+                const int r = c / C4, c4 = c % C4;
+                float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (r0 + r < n)
+                    x = *reinterpret_cast<const float4 *>(a.q + (int64_t(s0 + r0 + r) * a.n_q_heads + h) * D + 4 * c4);
+                const __half2 lo = __floats2half2_rn(x.x * a.qscale, x.y * a.qscale);
+                const __half2 hi = __floats2half2_rn(x.z * a.qscale, x.w * a.qscale);
+                uint2 u;
+                u.x = *reinterpret_cast<const uint32_t *>(&lo);
+                u.y = *reinterpret_cast<const uint32_t *>(&hi);
+                *reinterpret_cast<uint2 *>(sq + r * ST + 4 * c4) = u;
+            }
+        }
+        __syncthreads();
+        // A fragments of this warp's 16 rows, all D columns: matrix i = lane/8 of each x4 is
+        // (rows +8 if i&1, columns +8 if i&2), i.e. a[0..3] in mma_16816's order.
+        uint32_t qf[KD][4];
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd)
+            ldmatrix_x4(qf[kd], stage_k(1) + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + kd * 16 +
+                                    (lane >> 4) * 8);
+        // Every warp has its Q fragments before any thread prefetches K/V tile 1 into stage 1
+        // (at the top of j = 0, before that iteration's barrier).
+        __syncthreads();
+
+        float o[NO][4];
+#pragma unroll
+        for (int i = 0; i < NO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        float m_a = -INFINITY, m_b = -INFINITY;  // running max (log2 domain) of rows a, b
+        float l_a = 0.0f, l_b = 0.0f;            // this lane's share of the running sums
+
+        for (int j = 0; j < n_kt; ++j) {
+            const int k0 = j * kBN;
+            if (j + 1 < n_kt) load_kv_tile<D>(a, stage_k((j + 1) & 1), stage_v((j + 1) & 1), s0, n, kv_head, k0 + kBN);
+            cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile j
+            cp_async_wait<1>();
+            __syncthreads();  // tile j is visible to every warp
+
+            // Rows before k0 see nothing of this tile: such a warp would add p = 0 everywhere.
+            if (w_active && k0 <= w_first + 15) {
+                const __half * sk = stage_k(j & 1);
+                const __half * sv = stage_v(j & 1);
+
+                // S = Q K^T. Per x4: matrix i covers keys 16np + 8*(i>>1) + 0..7, features
+                // 16kd + 8*(i&1) + 0..7, i.e. b[0], b[1] of key tile 2np, then of 2np+1.
+                float s[NS][4];
+#pragma unroll
+                for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+                for (int kd = 0; kd < KD; ++kd) {
+#pragma unroll
+                    for (int np = 0; np < NS / 2; ++np) {
+                        uint32_t kb[4];
+                        ldmatrix_x4(kb, sk + (16 * np + (lane & 7) + (lane >> 4) * 8) * ST + kd * 16 +
+                                            ((lane >> 3) & 1) * 8);
+                        mma_16816(s[2 * np], qf[kd], kb[0], kb[1]);
+                        mma_16816(s[2 * np + 1], qf[kd], kb[2], kb[3]);
+                    }
+                }
+
+                // Causal mask, only where some key of the tile is later than the warp's first
+                // row. Element s[i][e] is key k0 + 8i + 2t + (e&1), row a for e < 2, b for e >= 2.
+                // Keys >= n only occur past every valid row, so this also hides them.
+                if (k0 + kBN - 1 > w_first) {
+#pragma unroll
+                    for (int i = 0; i < NS; ++i)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int key = k0 + 8 * i + 2 * qt + (e & 1);
+                            if (key > (e < 2 ? row_a : row_b)) s[i][e] = -INFINITY;
+                        }
+                }
+
+                // Online softmax. A row's 64 scores sit in the 4 lanes of one quad (same g).
+                float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    mx_a = fmaxf(mx_a, fmaxf(s[i][0], s[i][1]));
+                    mx_b = fmaxf(mx_b, fmaxf(s[i][2], s[i][3]));
+                }
+#pragma unroll
+                for (int x = 1; x <= 2; x <<= 1) {
+                    mx_a = fmaxf(mx_a, __shfl_xor_sync(full_mask, mx_a, x));
+                    mx_b = fmaxf(mx_b, __shfl_xor_sync(full_mask, mx_b, x));
+                }
+                // A row with no visible key yet keeps max -inf; subtracting 0 then gives p = 0
+                // and alpha = 0 instead of NaN. (Valid rows always see key 0 in tile 0.)
+                const float mu_a = mx_a == -INFINITY ? 0.0f : mx_a;
+                const float mu_b = mx_b == -INFINITY ? 0.0f : mx_b;
+                const float alpha_a = exp2f(m_a - mu_a), alpha_b = exp2f(m_b - mu_b);
+                m_a = mx_a;
+                m_b = mx_b;
+                float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    s[i][0] = exp2f(s[i][0] - mu_a);
+                    s[i][1] = exp2f(s[i][1] - mu_a);
+                    s[i][2] = exp2f(s[i][2] - mu_b);
+                    s[i][3] = exp2f(s[i][3] - mu_b);
+                    sum_a += s[i][0] + s[i][1];
+                    sum_b += s[i][2] + s[i][3];
+                }
+                l_a = l_a * alpha_a + sum_a;  // quad-reduced once, after the loop
+                l_b = l_b * alpha_b + sum_b;
+#pragma unroll
+                for (int i = 0; i < NO; ++i) {
+                    o[i][0] *= alpha_a;
+                    o[i][1] *= alpha_a;
+                    o[i][2] *= alpha_b;
+                    o[i][3] *= alpha_b;
+                }
+
+                // O += P V over the tile in k16 steps. The C fragments of key tiles 2kk and
+                // 2kk+1 are exactly the A fragment of keys [16kk, 16kk+16) (compare the layouts
+                // in mma_16816), so P never leaves registers. V per x4.trans: matrix i covers
+                // keys 16kk + 8*(i&1) + 0..7, features 16dp + 8*(i>>1) + 0..7, i.e. b[0], b[1]
+                // of feature tile 2dp, then of 2dp+1.
+#pragma unroll
+                for (int kk = 0; kk < kBN / 16; ++kk) {
+                    const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                                            pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                            pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                            pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                    for (int dp = 0; dp < NO / 2; ++dp) {
+                        uint32_t vb[4];
+                        ldmatrix_x4_trans(vb, sv + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ST +
+                                                  16 * dp + (lane >> 4) * 8);
+                        mma_16816(o[2 * dp], pa, vb[0], vb[1]);
+                        mma_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
+                    }
+                }
+            }
+            __syncthreads();  // stage j&1 is refilled by the prefetch at the top of j+1
+        }
+
+        // Row sums: add the quad's shares. Every valid row saw its own key, so l >= 1.
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {
+            l_a += __shfl_xor_sync(full_mask, l_a, x);
+            l_b += __shfl_xor_sync(full_mask, l_b, x);
+        }
+        // Lane (g, t) holds features 8i + 2t, 8i + 2t + 1 of rows a and b: 8-byte stores, a quad
+        // writes 32 contiguous bytes of a row.
+        if (row_a < n) {
+            const float inv = 1.0f / l_a;
+            float * dst = a.out + (int64_t(s0 + row_a) * a.n_q_heads + h) * D + 2 * qt;
+#pragma unroll
+            for (int i = 0; i < NO; ++i)
+                *reinterpret_cast<float2 *>(dst + 8 * i) = make_float2(o[i][0] * inv, o[i][1] * inv);
+        }
+        if (row_b < n) {
+            const float inv = 1.0f / l_b;
+            float * dst = a.out + (int64_t(s0 + row_b) * a.n_q_heads + h) * D + 2 * qt;
+#pragma unroll
+            for (int i = 0; i < NO; ++i)
+                *reinterpret_cast<float2 *>(dst + 8 * i) = make_float2(o[i][2] * inv, o[i][3] * inv);
+        }
+    }
+}
+
+// ============================================================================================
+// CUDA-core fallback kernel.
+
+constexpr int kSimtThreads = 128;
+constexpr int kSimtWarps = kSimtThreads / 32;
+constexpr int kRows = 8;                     // query rows per warp
+constexpr int kTileQ = kSimtWarps * kRows;  // query rows per block
+constexpr int kTileK = 32;                   // keys per tile (one per lane)
+
+template <int D>
+__global__ void __launch_bounds__(kSimtThreads) attn_prefill_simt_kernel(const prefill_args a) {
     constexpr int C = D / 32;  // output features per lane
     __shared__ __align__(16) float sq[kTileQ][D];
     __shared__ __half2 sk[kTileK][D / 2 + 1];
@@ -74,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const prefill_ar
     const int n = s1 - s0;
     const int r0 = tile * kTileQ;
 
-    for (int idx = threadIdx.x; idx < kTileQ * D; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kTileQ * D; idx += kSimtThreads) {
         const int i = idx / D, d = idx % D;
         const int row = r0 + i;
         sq[i][d] = row < n ? a.q[(int64_t(s0 + row) * a.n_q_heads + h) * D + d] * a.qscale : 0.0f;
@@ -92,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const prefill_ar
     const int k_end = min(n, r0 + kTileQ);  // causal: no row of this tile sees past its last row
     for (int k0 = 0; k0 < k_end; k0 += kTileK) {
         __syncthreads();  // the previous tile's readers are done
-        for (int idx = threadIdx.x; idx < kTileK * (D / 2); idx += kThreads) {
+        for (int idx = threadIdx.x; idx < kTileK * (D / 2); idx += kSimtThreads) {
             const int j = idx / (D / 2), d2 = idx % (D / 2);
             __half2 kk = __float2half2_rn(0.0f);
             float v0 = 0.0f, v1 = 0.0f;
@@ -173,6 +471,29 @@ support supports_attn_prefill(const op_desc & op) {
     return support::yes();
 }
 
+namespace {
+
+template <int D>
+void launch_mma(context & ctx, const prefill_args & a, int64_t max_seq_len) {
+    constexpr size_t smem = mma_smem_bytes<D>();
+    // > 48 KiB of dynamic shared memory needs the opt-in (per device; cheap, so every launch).
+    KVCOMP_CUDA_CHECK(
+        cudaFuncSetAttribute(attn_prefill_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // Query tiles per request. max_seq_len is only a grid size: the kernel loops over tiles
+    // (grid-stride), so a value that is too small still covers every row, and 0 (unknown) falls
+    // back to n_tokens, which bounds every request.
+    const int64_t len = max_seq_len > 0 ? std::min<int64_t>(max_seq_len, a.n_tokens) : a.n_tokens;
+    const int64_t tiles = std::min<int64_t>(std::max<int64_t>(1, (len + kBM - 1) / kBM), 65535);
+    const dim3 grid(unsigned(a.n_q_heads), unsigned(tiles), unsigned(a.batch));
+    attn_prefill_mma_kernel<D><<<grid, kThreads, smem, ctx.stream>>>(a);
+}
+
+bool aligned16(const void * p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
 void run_attn_prefill(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_prefill_params>();
     if (p.n_tokens == 0) return;
@@ -188,13 +509,25 @@ void run_attn_prefill(context & ctx, const op_desc & op) {
     a.n_kv_heads = int(p.n_kv_heads);
     a.group = int(p.n_q_heads / p.n_kv_heads);
     a.qscale = p.scale * kLog2e;
+
+    // The tensor-core kernel copies 16-byte chunks (cp.async, float4) and needs batch within the
+    // grid's z limit; views at other offsets, or huge batches, take the CUDA-core kernel.
+    const bool mma_ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.out) && p.batch <= 65535;
+    if (mma_ok) {
+        if (p.head_dim == 64)
+            launch_mma<64>(ctx, a, p.max_seq_len);
+        else
+            launch_mma<128>(ctx, a, p.max_seq_len);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+        return;
+    }
     // Sum over requests of ceil(n_b / kTileQ) <= (n_tokens + batch * (kTileQ - 1)) / kTileQ.
     const int64_t tiles = (p.n_tokens + p.batch * (kTileQ - 1) + kTileQ - 1) / kTileQ;
     const dim3 grid(unsigned(tiles), unsigned(p.n_q_heads));
     if (p.head_dim == 64)
-        attn_prefill_kernel<64><<<grid, kThreads, 0, ctx.stream>>>(a);
+        attn_prefill_simt_kernel<64><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
     else
-        attn_prefill_kernel<128><<<grid, kThreads, 0, ctx.stream>>>(a);
+        attn_prefill_simt_kernel<128><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // Device helpers shared by the CUDA op files: dtype load/store with the contract's rounding,
-// warp and block reductions, launch-size helpers.
+// warp and block reductions, cp.async copies, launch-size helpers.
 //
 // Kernels: none here. Layout conventions used by every op file: tensors are contiguous row-major
 // views (core/tensor.h); element indices are int64_t wherever a tensor can exceed 2^31 elements.
@@ -79,6 +79,23 @@ __device__ __forceinline__ float block_max(float v, float * scratch) {
     __syncthreads();
     v = lane < n_warps ? scratch[lane] : -INFINITY;
     return warp_max(v);
+}
+
+// ---- asynchronous copies (sm_80+) ---------------------------------------------------------
+// Per-lane 16-byte copy global -> shared. src_bytes = 0 writes zeros without reading global
+// memory (masked tokens); gmem must still be a valid address. Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async16(void * smem, const void * gmem, int src_bytes) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ---- launch helpers ------------------------------------------------------------------------

@@ -132,6 +132,10 @@ struct decode_spec {
 case_ptr make_attn_decode_case(const decode_spec & spec);
 // KV bytes a decode case reads (the K and V of every cached token).
 uint64_t decode_kv_bytes(const decode_spec & spec);
+// Causal prefill over a ragged batch of prompts of lengths seqs (q f32, K/V f16). Its flops()
+// counts 4 * head_dim * n_q_heads per visible (query, key) pair, sum over b of L_b (L_b + 1) / 2.
+case_ptr make_attn_prefill_case(const std::vector<int64_t> & seqs, int64_t n_q_heads, int64_t n_kv_heads,
+                                int64_t head_dim);
 
 // Page tables after FlashInfer: request b gets ceil(len/page_size) pages drawn from a shuffled pool
 // of n_pages, so that kernels must really follow indices[].

@@ -204,7 +204,8 @@ class attn_decode_case : public test_case {
 
 class attn_prefill_case : public test_case {
   public:
-    attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd);
+    // pad: the views' byte offset (4: not 16-byte aligned, the CUDA backend's fallback kernel).
+    attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd, size_t pad = 256);
     op_type op() const override { return op_type::attn_prefill; }
     std::string vars() const override;
     double max_nmse() const override { return 1e-6; }

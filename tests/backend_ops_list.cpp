@@ -13,6 +13,10 @@ case_ptr make_copy_case(dtype src, dtype dst, int64_t n) {
 case_ptr make_attn_decode_case(const decode_spec & spec) {
     return std::make_unique<attn_decode_case>(spec);
 }
+case_ptr make_attn_prefill_case(const std::vector<int64_t> & seqs, int64_t n_q_heads, int64_t n_kv_heads,
+                                int64_t head_dim) {
+    return std::make_unique<attn_prefill_case>(seqs, n_q_heads, n_kv_heads, head_dim);
+}
 
 namespace {
 
@@ -173,6 +177,15 @@ void full_list(list & l) {
     l.add<attn_prefill_case>(std::vector<int64_t>{257, 16}, int64_t(8), int64_t(1), int64_t(64));
     l.add<attn_prefill_case>(std::vector<int64_t>{3, 40, 1, 17, 9, 16, 33, 2}, int64_t(4), int64_t(4),
                              int64_t(128));
+    // Tile edges of the CUDA tensor-core kernel (128 query rows x 64 keys per step): lengths
+    // around 64 and 128 in one ragged batch with a 1-token request, hd 64 and 128, GQA 4:1 and
+    // 1:1; several 128-row tiles; views at a 4-byte offset (the CUDA-core fallback).
+    for (int64_t hd : {int64_t(64), int64_t(128)}) {
+        l.add<attn_prefill_case>(std::vector<int64_t>{1, 17, 63, 64, 65, 200}, int64_t(8), int64_t(2), hd);
+        l.add<attn_prefill_case>(std::vector<int64_t>{1, 17, 63, 64, 65, 200}, int64_t(4), int64_t(4), hd);
+    }
+    l.add<attn_prefill_case>(std::vector<int64_t>{127, 128, 129, 383}, int64_t(8), int64_t(2), int64_t(128));
+    l.add<attn_prefill_case>(std::vector<int64_t>{65, 1, 130}, int64_t(8), int64_t(2), int64_t(128), size_t(4));
 }
 
 void smoke_list(list & l) {
