@@ -208,7 +208,7 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     p.method->allocate(*p.be, shape);
     p.pool = std::make_unique<host::page_pool>(int32_t(p.cfg.kv_pages));
     p.table = std::make_unique<host::page_table>(*p.pool, cfg.page_size);
-    p.forward = std::make_unique<llama_forward>(*p.be, p.model, p.weights);
+    p.forward = std::make_unique<llama_forward>(*p.be, p.model, p.weights, cfg.f16_activations);
     p.stats.kv_bytes_allocated = p.method->bytes_allocated();
     p.stats.weight_bytes = p.weights.bytes;
 }

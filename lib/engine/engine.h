@@ -30,6 +30,7 @@ struct engine_config {
     std::string method = "none";      // KV method (kv_method_names())
     method_options method_opts;
     dtype matrix_type = dtype::f16;   // weights of the linear layers: f16 or f32
+    bool f16_activations = true;      // f16 weights: matmul inputs rounded to f16 (llama_forward.h)
     int32_t page_size = 16;
     int64_t kv_pages = 0;             // pages per layer; 0: max_batch full contexts
     int64_t max_batch = 16;           // requests decoding at once

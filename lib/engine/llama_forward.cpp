@@ -1,32 +1,43 @@
 #include "engine/llama_forward.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvcomp::engine {
 
 namespace {
-enum act_id : size_t { X, H, Q, K, V, ATT, GATE, UP, LAST, LOGITS, N_ACT };
+enum act_id : size_t { X, H, Q, K, V, ATT, GATE, UP, LAST, LOGITS, IN16, N_ACT };
 }
 
-llama_forward::llama_forward(backend & be, const host::model_config & cfg, const model_weights & w)
-    : be_(be), cfg_(cfg), w_(w), act_(N_ACT) {}
+llama_forward::llama_forward(backend & be, const host::model_config & cfg, const model_weights & w,
+                             bool f16_activations)
+    : be_(be), cfg_(cfg), w_(w), f16_inputs_(f16_activations && w.matrix_type == dtype::f16), act_(N_ACT) {}
 
 void llama_forward::reserve(int64_t n, int64_t r) {
     if (n <= cap_tokens_ && r <= cap_rows_) return;
     cap_tokens_ = std::max(n, cap_tokens_);
     cap_rows_ = std::max(r, cap_rows_);
+    const int64_t widest = std::max({cfg_.hidden_size, cfg_.q_dim(), cfg_.intermediate_size});
     const int64_t sizes[N_ACT] = {cfg_.hidden_size, cfg_.hidden_size, cfg_.q_dim(), cfg_.kv_dim(), cfg_.kv_dim(),
-                                  cfg_.q_dim(), cfg_.intermediate_size, cfg_.intermediate_size, 0, 0};
+                                  cfg_.q_dim(), cfg_.intermediate_size, cfg_.intermediate_size, 0, 0, widest};
     for (size_t i = 0; i < N_ACT; ++i) {
         const int64_t elems = i == LAST ? cap_rows_ * cfg_.hidden_size
                               : i == LOGITS ? cap_rows_ * cfg_.vocab_size
-                                            : cap_tokens_ * sizes[i];
+                              : i == IN16 ? (f16_inputs_ ? (std::max(cap_tokens_, cap_rows_) * widest + 1) / 2 : 0)
+                                          : cap_tokens_ * sizes[i];
         act_[i] = be_.alloc(size_t(std::max<int64_t>(elems, 1)) * 4);
     }
 }
 
 tensor llama_forward::act(size_t which, std::initializer_list<int64_t> shape) const {
     return make_tensor(act_[which].get(), dtype::f32, shape);
+}
+
+tensor llama_forward::matmul_input(const tensor & x) {
+    if (!f16_inputs_) return x;
+    const tensor x16 = make_tensor(act_[IN16].get(), dtype::f16, {x.numel()});
+    be_.run(make_op(copy_params{x.numel()}, {x}, {x16}));
+    return x16;
 }
 
 void llama_forward::linear(const tensor & x, buffer & w, buffer * bias, int64_t out, int64_t in, const tensor & y,
@@ -96,21 +107,23 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
         const layer_weights & L = w_.layers[size_t(l)];
         be_.run(make_op(rms_norm_params{n, Hd, float(cfg_.rms_norm_eps)},
                         {x, make_tensor(L.attn_norm.get(), dtype::f32, {Hd})}, {h}));
-        linear(h, *L.wq, L.bq.get(), nq * hd, Hd, q, n, false);
-        linear(h, *L.wk, L.bk.get(), nkv * hd, Hd, k, n, false);
-        linear(h, *L.wv, L.bv.get(), nkv * hd, Hd, v, n, false);
+        const tensor hin = matmul_input(h);
+        linear(hin, *L.wq, L.bq.get(), nq * hd, Hd, q, n, false);
+        linear(hin, *L.wk, L.bk.get(), nkv * hd, Hd, k, n, false);
+        linear(hin, *L.wv, L.bv.get(), nkv * hd, Hd, v, n, false);
         rp.n_heads = nq;
         be_.run(make_op(rp, {q, view(pos), ff}, {q}));
         rp.n_heads = nkv;
         be_.run(make_op(rp, {k, view(pos), ff}, {k}));
         method.attend(be_, l, ks, q, k, v, att, scale);
-        linear(att, *L.wo, nullptr, Hd, nq * hd, x, n, true);
+        linear(matmul_input(att), *L.wo, nullptr, Hd, nq * hd, x, n, true);
         be_.run(make_op(rms_norm_params{n, Hd, float(cfg_.rms_norm_eps)},
                         {x, make_tensor(L.mlp_norm.get(), dtype::f32, {Hd})}, {h}));
-        linear(h, *L.w_gate, nullptr, I, Hd, gate, n, false);
-        linear(h, *L.w_up, nullptr, I, Hd, up, n, false);
+        const tensor hin2 = matmul_input(h);
+        linear(hin2, *L.w_gate, nullptr, I, Hd, gate, n, false);
+        linear(hin2, *L.w_up, nullptr, I, Hd, up, n, false);
         be_.run(make_op(silu_mul_params{n, I}, {gate, up}, {gate}));
-        linear(gate, *L.w_down, nullptr, Hd, I, x, n, true);
+        linear(matmul_input(gate), *L.w_down, nullptr, Hd, I, x, n, true);
     }
     method.maintain(be_, ks);
 
@@ -119,7 +132,7 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
     be_.run(make_op(get_rows_params{r, Hd, n}, {x, view(rows)}, {last_h}));
     be_.run(make_op(rms_norm_params{r, Hd, float(cfg_.rms_norm_eps)},
                     {last_h, make_tensor(w_.final_norm.get(), dtype::f32, {Hd})}, {last_h}));
-    linear(last_h, w_.lm_head_or_embed(), nullptr, cfg_.vocab_size, Hd, logits, r, false);
+    linear(matmul_input(last_h), w_.lm_head_or_embed(), nullptr, cfg_.vocab_size, Hd, logits, r, false);
     return logits;
 }
 

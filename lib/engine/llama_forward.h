@@ -29,7 +29,11 @@ struct step_inputs {
 
 class llama_forward {
 public:
-    llama_forward(backend & be, const host::model_config & cfg, const model_weights & w);
+    // f16_activations: with f16 weights, each weight matmul takes its input rounded to f16 (one
+    // f16 x f16 -> f32 product with fp32 accumulation, as fp16 inference in transformers does);
+    // false keeps fp32 inputs (exact mixed products: on CUDA two tensor-core GEMMs, so the
+    // weights are read twice per step).
+    llama_forward(backend & be, const host::model_config & cfg, const model_weights & w, bool f16_activations);
 
     // Runs every layer for the step's tokens and returns the logits of step.logit_rows as a device
     // view f32 [rows, vocab] (valid until the next run).
@@ -38,12 +42,14 @@ public:
 private:
     void reserve(int64_t n_tokens, int64_t n_rows);
     tensor act(size_t which, std::initializer_list<int64_t> shape) const;
+    tensor matmul_input(const tensor & x);  // x, or its f16 copy when f16_inputs_
     void linear(const tensor & x, buffer & w, buffer * bias, int64_t out, int64_t in, const tensor & y, int64_t n,
                 bool accumulate);
 
     backend & be_;
     const host::model_config & cfg_;
     const model_weights & w_;
+    bool f16_inputs_;
     std::vector<buffer_ptr> act_;  // activation buffers, grown as needed
     buffer_ptr inputs_;            // the step's i32 arrays
     int64_t cap_tokens_ = 0, cap_rows_ = 0;

@@ -33,7 +33,7 @@ TEST_P(engine_on, prompt_logits_match_reference) {
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(tiny_dir(), prompt);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LE(test::nmse(got, want), 1e-9) << GetParam();
+    EXPECT_LE(test::nmse(got, want), test::logits_tolerance(GetParam())) << GetParam();
     EXPECT_EQ(e.stats().pages_in_use, 0);
 }
 
@@ -48,7 +48,7 @@ TEST_P(engine_on, qwen2_biases_match_reference) {
     const auto got = e.prompt_logits(prompt);
     const auto want = test::reference_logits(dir, prompt);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_LE(test::nmse(got, want), 1e-9) << GetParam();
+    EXPECT_LE(test::nmse(got, want), test::logits_tolerance(GetParam())) << GetParam();
 }
 
 TEST_P(engine_on, greedy_tokens_match_reference_and_batching_changes_nothing) {
@@ -101,7 +101,7 @@ TEST_P(engine_on, teacher_forcing_logprobs_match_reference) {
         double mx = row[0], sum = 0;
         for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(row[j]));
         for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - mx);
-        EXPECT_NEAR(res.token_logprobs[i], double(row[forced[i]]) - mx - std::log(sum), 1e-4) << "token " << i;
+        EXPECT_NEAR(res.token_logprobs[i], double(row[forced[i]]) - mx - std::log(sum), test::logprob_tolerance(GetParam())) << "token " << i;
     }
     EXPECT_EQ(e.stats().pages_in_use, 0);
 }

@@ -14,6 +14,9 @@ void add_engine_options(po::options_description & desc) {
         "method-opt", po::value<std::vector<std::string>>()->composing(), "method option KEY=VALUE (repeatable)")(
         "weights", po::value<std::string>()->default_value("f16"),
         "storage of the linear layers' weights on the device: f16 or f32")(
+        "activations", po::value<std::string>()->default_value("f16"),
+        "inputs of the weight matmuls with f16 weights: f16 (rounded, one fp16 GEMM, as fp16 inference in "
+        "transformers) or f32 (exact mixed products; on CUDA the weights are read twice)")(
         "page-size", po::value<int>()->default_value(16), "KV page size in tokens")(
         "kv-pages", po::value<long>()->default_value(0), "KV pages per layer (0: max-batch full contexts)")(
         "max-batch", po::value<long>()->default_value(16), "requests decoded together")(
@@ -36,6 +39,9 @@ engine::engine_config engine_config_from(const po::variables_map & vm) {
     const std::string w = vm["weights"].as<std::string>();
     KVCOMP_CHECK_ARG(w == "f16" || w == "f32", "--weights must be f16 or f32, got '", w, "'");
     c.matrix_type = w == "f16" ? dtype::f16 : dtype::f32;
+    const std::string a = vm["activations"].as<std::string>();
+    KVCOMP_CHECK_ARG(a == "f16" || a == "f32", "--activations must be f16 or f32, got '", a, "'");
+    c.f16_activations = a == "f16";
     c.page_size = vm["page-size"].as<int>();
     c.kv_pages = vm["kv-pages"].as<long>();
     c.max_batch = vm["max-batch"].as<long>();
