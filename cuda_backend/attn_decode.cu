@@ -41,6 +41,7 @@
 #include <climits>
 
 #include "common.cuh"
+#include "decode_common.cuh"
 
 namespace kvcomp::cuda {
 
@@ -66,68 +67,6 @@ struct decode_args {
     int n_q_heads, group, head_chunks, n_splits, chunk;
     float qscale;  // scale * log2(e)
 };
-
-__host__ __device__ constexpr int ilog2(int x) {
-    return x <= 1 ? 0 : 1 + ilog2(x / 2);
-}
-
-// Which head's full score a lane holds after the butterfly (see the banner), and the lowest lane
-// holding head h. Both only depend on the lane's index within its token group.
-template <int L, int QP>
-__device__ __forceinline__ int lane_head(int lj) {
-    int h = 0;
-#pragma unroll
-    for (int k = 0; k < ilog2(L); ++k) {
-        const int n = QP >> k;
-        if (n > 1 && (lj & (L >> (k + 1)))) h += n / 2;
-    }
-    return h;
-}
-template <int L, int QP>
-__device__ __forceinline__ constexpr int head_lane(int h) {
-    int lj = 0;
-    for (int k = 0; k < ilog2(L); ++k) {
-        const int n = QP >> k;
-        if (n > 1 && h >= n / 2) {
-            lj |= L >> (k + 1);
-            h -= n / 2;
-        }
-    }
-    return lj;
-}
-
-// Reduce-scatter of QP partial sums across the L lanes of a token group; returns the full sum
-// for head lane_head(lj). Step k exchanges half of the n = QP >> k values still held.
-template <int L, int QP>
-__device__ __forceinline__ float butterfly(float (&v)[QP], int lj) {
-#pragma unroll
-    for (int k = 0; k < ilog2(L); ++k) {
-        const int dist = L >> (k + 1);
-        const int n = QP >> k;
-        if (n > 1) {
-            const bool up = (lj & dist) != 0;
-#pragma unroll
-            for (int i = 0; i < n / 2; ++i) {
-                const float send = up ? v[i] : v[i + n / 2];
-                const float keep = up ? v[i + n / 2] : v[i];
-                v[i] = keep + __shfl_xor_sync(full_mask, send, dist);
-            }
-        } else {
-            v[0] += __shfl_xor_sync(full_mask, v[0], dist);
-        }
-    }
-    return v[0];
-}
-
-__device__ __forceinline__ void unpack8(const uint4 & r, float (&f)[8]) {
-    const __half2 * h = reinterpret_cast<const __half2 *>(&r);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float2 t = __half22float2(h[k]);
-        f[2 * k] = t.x;
-        f[2 * k + 1] = t.y;
-    }
-}
 
 // Dynamic shared memory of a variant: the K/V staging ring, reused for the final merge.
 template <int D, int QP, int U, int NST>

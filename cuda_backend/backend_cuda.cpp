@@ -138,9 +138,9 @@ class cuda_backend : public backend {
             case op_type::gemm: return supports_gemm(op);
             case op_type::attn_decode: return supports_attn_decode(op);
             case op_type::attn_prefill: return supports_attn_prefill(op);
-            case op_type::kv_quantize:
-            case op_type::attn_decode_quant:
-            case op_type::probe_scores: return support::no("not implemented on CUDA yet");
+            case op_type::kv_quantize: return supports_kv_quantize(op);
+            case op_type::attn_decode_quant: return supports_attn_decode_quant(op);
+            case op_type::probe_scores: return supports_probe_scores(op);
             case op_type::count: return support::no("unknown op");
             default: return support::yes();
         }
@@ -215,9 +215,9 @@ class cuda_backend : public backend {
             case op_type::kv_append: run_kv_append(ctx_, op); break;
             case op_type::attn_decode: run_attn_decode(ctx_, op); break;
             case op_type::attn_prefill: run_attn_prefill(ctx_, op); break;
-            case op_type::kv_quantize:
-            case op_type::attn_decode_quant:
-            case op_type::probe_scores:
+            case op_type::kv_quantize: run_kv_quantize(ctx_, op); break;
+            case op_type::attn_decode_quant: run_attn_decode_quant(ctx_, op); break;
+            case op_type::probe_scores: run_probe_scores(ctx_, op); break;
             case op_type::count: KVCOMP_THROW(status::internal, name(), ": op_type::count is not an op");
         }
         if (debug_sync_) {

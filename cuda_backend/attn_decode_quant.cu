@@ -1,0 +1,708 @@
+// attn_decode_quant: one query token per request against its quantized KV blocks (slot format in
+// core/qblock.h) and its fp16 ring window; split-KV, GQA, codes dequantized in registers.
+//
+// Kernels:
+//   attn_decode_quant_kernel<D, QP, CPL>  one block of 128 threads (4 warps) per (request, KV head,
+//       head chunk, split); QP query heads of the KV head's GQA group per block (group rounded up
+//       to 1, 2, 4, 8; larger groups use several head chunks), so every code byte is read from
+//       memory once per group. D = head_dim (64 or 128); CPL = channels per lane (16 when QP <= 4,
+//       8 for QP = 8, to bound the q and o registers at 2 * QP * CPL).
+//   attn_decode_quant_merge_kernel  combines the splits' (o, lse) partials of one (request, head).
+//
+// Work items: the request's blocks, then its window cut into chunks of win_chunk tokens, where
+// win_chunk is chosen so that a chunk's K+V bytes are about one block's bytes. Split s of a
+// (request, KV head) takes items [s * items_per_split, ...) and the last split everything left,
+// so an underestimated item count (partial blocks) loses nothing.
+//
+// Memory: one block's region of a KV head is contiguous in its slot (vscale, hi segment, lo
+// segment: ~10.7 KB for ZipCache hd 128), so the 128 threads copy the 16-byte header plus that
+// region with cp.async in 16-byte chunks (fully coalesced) into one stage of a shared-memory
+// ring, and compute from shared memory. Window chunks are staged the same way (K rows, then V
+// rows; tokens past the window are zero-filled without a global read). NST stages (3 when they
+// fit in 48 KiB, else 2) keep NST-1 items in flight per block while one is consumed, one
+// __syncthreads per item. Slot numbers are loaded one item ahead so copies never wait on the
+// index array. Per-channel K params and per-channel vscale are read once per (block, warp).
+//
+// Compute mapping: L = D / CPL lanes share a token row, each owning CPL consecutive channels, so
+// a lane's codes of one token are CPL * bits / 8 contiguous bytes (hd 128, CPL 16: one u32 at 2
+// bits, a uint2 at 4 bits); a warp covers G = 32 / L consecutive tokens per step and the warps
+// take the steps of a block's hi then lo segment round robin. Codes become floats without an
+// int->float conversion: F = asfloat(0x3F800000 | code << (23 - bits)) = 1 + code / 2^bits, so
+//   k = code * kstep + kmin = F * (2^bits kstep) + (kmin - 2^bits kstep)
+// and q.k = sum_c q'_c F_c + bias with q'_c = q_c 2^bits kstep_c and bias = sum_c q_c (kmin_c -
+// 2^bits kstep_c) computed once per segment (kstep folded into q: no K dequantization per token).
+// Values: v = (F * 2^bits vstep + (vmin - 2^bits vstep)) * vscale_c, one FMA (+ one multiply with
+// channel scales) per element, shared by the QP heads. Partial dots are combined by the GQA
+// butterfly of decode_common.cuh. Online softmax in fp32, log2 domain (q pre-scaled by
+// scale * log2 e), the running max shared by a warp's token groups; warps merge through shared
+// memory at the end (reusing the ring), writing out + lse (natural log) directly with one split,
+// else normalized partials and log2-lse for the merge kernel.
+//
+// Invalid inputs a kernel cannot refuse (the CPU reference throws; the host validates): block
+// ranges are clamped to the index array, slot numbers to the pool, header counts to the segment
+// capacities; an invalid window (len outside [0, win_tokens], start outside the ring, row outside
+// the rows) counts as empty.
+#include <climits>
+
+#include "common.cuh"
+#include "decode_common.cuh"
+
+namespace kvcomp::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMinItemsPerSplit = 3;  // a split's pipeline fill and partial write cost ~1 item
+
+struct dq_args {
+    const float * q;
+    const uint8_t * pool;
+    const int32_t * indptr;
+    const int32_t * indices;
+    const __half * win_k;
+    const __half * win_v;
+    const int32_t * win;
+    float * out;
+    float * lse;
+    float * part_o;    // [batch * n_q_heads, n_splits, D] when n_splits > 1
+    float * part_lse;  // [batch * n_q_heads, n_splits], log2 units
+    int64_t slot_bytes, head_bytes;
+    int seg_off[2];  // hi / lo segment offsets within a head region
+    int cap[2], bits[2];
+    int seg_kstep, seg_vmin;  // segment-relative offsets independent of the capacity
+    int seg_vstep[2], seg_kcodes[2], seg_vcodes[2];
+    int groups, v_group;
+    bool cscale;
+    int n_slots, nnz, n_kv_heads, n_q_heads, group, head_chunks, n_splits, items_per_split;
+    int n_win_rows, win_tokens, win_chunk;
+    int stage_bytes, n_stages;
+    float qscale;  // scale * log2(e)
+};
+
+// Code of channel k of a lane's CPL channels as F = 1 + code / 2^BITS (see the banner).
+template <int BITS, int CPL>
+struct lane_codes {
+    static constexpr int kBytes = CPL * BITS / 8;  // 2, 4, 8 or 16
+    static constexpr int kWords = kBytes < 4 ? 1 : kBytes / 4;
+    uint32_t w[kWords];
+
+    __device__ __forceinline__ void load(const uint8_t * p) {
+        if constexpr (kBytes == 2) {
+            w[0] = *reinterpret_cast<const uint16_t *>(p);
+        } else if constexpr (kBytes == 4) {
+            w[0] = *reinterpret_cast<const uint32_t *>(p);
+        } else if constexpr (kBytes == 8) {
+            const uint2 t = *reinterpret_cast<const uint2 *>(p);
+            w[0] = t.x, w[1] = t.y;
+        } else {
+            const uint4 t = *reinterpret_cast<const uint4 *>(p);
+            w[0] = t.x, w[1] = t.y, w[2] = t.z, w[3] = t.w;
+        }
+    }
+    __device__ __forceinline__ float f(int k) const {  // k is a compile-time constant after unrolling
+        const int bit = k * BITS, p = bit % 32;
+        const int sh = 23 - BITS - p;
+        const uint32_t x = sh >= 0 ? w[bit / 32] << sh : w[bit / 32] >> -sh;
+        constexpr uint32_t mask = ((1u << BITS) - 1u) << (23 - BITS);
+        return __uint_as_float((x & mask) | 0x3F800000u);
+    }
+};
+
+// Per-warp running state of one lane: the online-softmax max and sum of head lane_head(lj)
+// (shared by the warp's token groups) and the lane's slice of o for all QP heads.
+template <int QP, int CPL>
+struct dq_state {
+    float m = -INFINITY, l = 0.0f;
+    float o[QP][CPL];
+};
+
+// Online softmax update for one score per lane and accumulation of its value slice.
+template <int L, int QP, int CPL>
+__device__ __forceinline__ void accumulate(dq_state<QP, CPL> & st, float s, const float (&val)[CPL], int lj) {
+    float mt = s;
+#pragma unroll
+    for (int off = L; off < 32; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, off));
+    const float m_new = fmaxf(st.m, mt);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
+    const float alpha = exp2f(st.m - m_use);
+    const float p = exp2f(s - m_use);
+    st.l = st.l * alpha + p;
+    st.m = m_new;
+    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
+    if (__any_sync(full_mask, alpha != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < QP; ++i) {
+            const float ai = __shfl_sync(full_mask, alpha, head_lane<L, QP>(i), L);
+#pragma unroll
+            for (int k = 0; k < CPL; ++k) st.o[i][k] *= ai;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < QP; ++i) {
+        const float pi = __shfl_sync(full_mask, p, head_lane<L, QP>(i), L);
+#pragma unroll
+        for (int k = 0; k < CPL; ++k) st.o[i][k] = fmaf(pi, val[k], st.o[i][k]);
+    }
+}
+
+// q' = q * 2^bits * kstep and this lane's head's bias (see the banner) for one segment.
+template <int D, int QP, int CPL>
+__device__ __forceinline__ float setup_segment(const float * q_s, const uint8_t * seg, const dq_args & a,
+                                               int bits, int lj, float (&qk)[QP][CPL]) {
+    constexpr int L = D / CPL;
+    const __half * kmin = reinterpret_cast<const __half *>(seg);
+    const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
+    const float levels = float(1 << bits);
+    float bpart[QP];
+#pragma unroll
+    for (int i = 0; i < QP; ++i) bpart[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+        const int c = lj * CPL + k;
+        const float ks = __half2float(kstep[c]) * levels;
+        const float d = __half2float(kmin[c]) - ks;
+#pragma unroll
+        for (int i = 0; i < QP; ++i) {
+            const float qv = q_s[i * D + c];
+            qk[i][k] = qv * ks;
+            bpart[i] = fmaf(qv, d, bpart[i]);
+        }
+    }
+    return butterfly<L, QP>(bpart, lj);
+}
+
+// One warp step over G tokens of a quantized segment: token tok of this lane's group.
+// Offsets of a segment's arrays (selected once per step, so kernel parameters are never indexed
+// at run time).
+struct seg_offsets {
+    int vstep, kcodes, vcodes;
+};
+
+template <int D, int QP, int CPL, int BITS>
+__device__ __forceinline__ void quant_step(dq_state<QP, CPL> & st, const float (&qk)[QP][CPL], float bias,
+                                           const float (&vs)[CPL], const uint8_t * seg, seg_offsets so,
+                                           int tok, int n, const dq_args & a, int lj) {
+    constexpr int L = D / CPL;
+    constexpr int RB = D * BITS / 8;    // bytes per code row
+    constexpr int LB = CPL * BITS / 8;  // bytes of a lane's slice
+    const bool valid = tok < n;
+    const int t = valid ? tok : 0;  // masked lanes read row 0 (always inside the stage)
+
+    lane_codes<BITS, CPL> kc;
+    kc.load(seg + so.kcodes + t * RB + lj * LB);
+    float part[QP];
+#pragma unroll
+    for (int i = 0; i < QP; ++i) part[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+        const float f = kc.f(k);
+#pragma unroll
+        for (int i = 0; i < QP; ++i) part[i] = fmaf(qk[i][k], f, part[i]);
+    }
+    const float full = butterfly<L, QP>(part, lj);  // every lane takes part in the shuffles
+    const float s = valid ? full + bias : -INFINITY;
+
+    lane_codes<BITS, CPL> vc;
+    vc.load(seg + so.vcodes + t * RB + lj * LB);
+    const int gi = t * a.groups + (lj * CPL) / a.v_group;  // v_group % CPL == 0 (supports)
+    const float levels = float(1 << BITS);
+    float A = __half2float(reinterpret_cast<const __half *>(seg + so.vstep)[gi]) * levels;
+    float B = __half2float(reinterpret_cast<const __half *>(seg + a.seg_vmin)[gi]) - A;
+    A = valid ? A : 0.0f;  // a masked token contributes exactly 0 whatever its row holds
+    B = valid ? B : 0.0f;
+    float val[CPL];
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) val[k] = fmaf(vc.f(k), A, B) * vs[k];
+    accumulate<L, QP, CPL>(st, s, val, lj);
+}
+
+template <int D, int QP, int CPL>
+__device__ __forceinline__ void quant_step_bits(int bits, dq_state<QP, CPL> & st, const float (&qk)[QP][CPL],
+                                                float bias, const float (&vs)[CPL], const uint8_t * seg,
+                                                seg_offsets so, int tok, int n, const dq_args & a, int lj) {
+    switch (bits) {
+        case 2:
+            return quant_step<D, QP, CPL, 2>(st, qk, bias, vs, seg, so, tok, n, a, lj);
+        case 4:
+            return quant_step<D, QP, CPL, 4>(st, qk, bias, vs, seg, so, tok, n, a, lj);
+        default:
+            return quant_step<D, QP, CPL, 8>(st, qk, bias, vs, seg, so, tok, n, a, lj);
+    }
+}
+
+// One warp step over G window tokens staged as K rows [win_chunk][D] then V rows (f16).
+template <int D, int QP, int CPL>
+__device__ __forceinline__ void window_step(dq_state<QP, CPL> & st, const float (&qk)[QP][CPL],
+                                            const uint8_t * stage, int tok, int n, const dq_args & a,
+                                            int lj) {
+    constexpr int L = D / CPL;
+    const bool valid = tok < n;
+    const int t = valid ? tok : 0;
+    const uint4 * krow = reinterpret_cast<const uint4 *>(stage + (int64_t(t) * D + lj * CPL) * 2);
+    const uint4 * vrow =
+        reinterpret_cast<const uint4 *>(stage + (int64_t(a.win_chunk + t) * D + lj * CPL) * 2);
+    float part[QP];
+#pragma unroll
+    for (int i = 0; i < QP; ++i) part[i] = 0.0f;
+#pragma unroll
+    for (int c8 = 0; c8 < CPL / 8; ++c8) {
+        float kf[8];
+        unpack8(krow[c8], kf);
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+#pragma unroll
+            for (int i = 0; i < QP; ++i) part[i] = fmaf(qk[i][c8 * 8 + k], kf[k], part[i]);
+    }
+    const float full = butterfly<L, QP>(part, lj);
+    const float s = valid ? full : -INFINITY;
+    float val[CPL];
+#pragma unroll
+    for (int c8 = 0; c8 < CPL / 8; ++c8) {
+        float vf[8];
+        unpack8(vrow[c8], vf);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) val[c8 * 8 + k] = valid ? vf[k] : 0.0f;
+    }
+    accumulate<L, QP, CPL>(st, s, val, lj);
+}
+
+// Shared memory: q [QP][D] f32, then max(ring of n_stages * stage_bytes, the warps' merge area).
+template <int D, int QP>
+constexpr size_t merge_bytes() {
+    return (size_t(kWarps) * QP * D + 2 * size_t(kWarps) * QP) * sizeof(float);
+}
+template <int D, int QP>
+size_t dq_smem_bytes(int stage_bytes, int n_stages) {
+    return size_t(QP) * D * sizeof(float) + std::max(size_t(stage_bytes) * n_stages, merge_bytes<D, QP>());
+}
+
+template <int D, int QP, int CPL>
+__global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_args a) {
+    constexpr int L = D / CPL;  // lanes per token row
+    constexpr int G = 32 / L;   // tokens per warp step
+    static_assert(D % CPL == 0 && L <= 32 && QP <= L, "lane mapping");
+    extern __shared__ uint4 smem[];
+    float * q_s = reinterpret_cast<float *>(smem);
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem) + size_t(QP) * D * sizeof(float);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tg = lane / L, lj = lane % L;
+
+    int64_t bid = blockIdx.x;
+    const int split = int(bid % a.n_splits);
+    bid /= a.n_splits;
+    const int chunk = int(bid % a.head_chunks);
+    bid /= a.head_chunks;
+    const int g = int(bid % a.n_kv_heads);
+    const int b = int(bid / a.n_kv_heads);
+    const int h0 = g * a.group + chunk * QP;
+    const int nh = min(QP, a.group - chunk * QP);
+
+    // The request's items (clamped: see the banner).
+    const int blk_begin = min(max(a.indptr[b], 0), a.nnz);
+    const int n_blk = max(min(a.indptr[b + 1], a.nnz) - blk_begin, 0);
+    const int w_row = a.win[3 * b], w_start = a.win[3 * b + 1];
+    int w_len = a.win[3 * b + 2];
+    if (w_len < 0 || w_len > a.win_tokens || w_start < 0 || w_start >= a.win_tokens ||
+        (w_len > 0 && (w_row < 0 || w_row >= a.n_win_rows)))
+        w_len = 0;
+    const int n_items = n_blk + (w_len + a.win_chunk - 1) / a.win_chunk;
+    const int it_begin = min(split * a.items_per_split, n_items);
+    const int it_end = split == a.n_splits - 1 ? n_items : min(it_begin + a.items_per_split, n_items);
+    const int n_it = it_end - it_begin;
+
+    for (int idx = tid; idx < QP * D; idx += kThreads) {
+        const int i = idx / D;  // padding heads past the group are never read (may lie past q)
+        q_s[idx] = i < nh ? a.q[(int64_t(b) * a.n_q_heads + h0 + i) * D + idx % D] * a.qscale : 0.0f;
+    }
+
+    // Slot of item `it` (relative to it_begin) when it is a block; loaded one issue ahead.
+    auto load_slot = [&](int it) {
+        const int item = it_begin + it;
+        return it < n_it && item < n_blk ? min(max(a.indices[blk_begin + item], 0), a.n_slots - 1) : 0;
+    };
+    auto issue = [&](int it, int slot) {
+        if (it < n_it) {
+            const int item = it_begin + it;
+            uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
+            if (item < n_blk) {
+                const uint8_t * src = a.pool + int64_t(slot) * a.slot_bytes;
+                const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
+                const int n_chunks = int(1 + a.head_bytes / 16);
+                for (int k = tid; k < n_chunks; k += kThreads)
+                    cp_async16(stage + 16 * k, k == 0 ? src : head + 16 * (k - 1), 16);
+            } else {
+                constexpr int RC = D / 8;  // 16-byte chunks per row
+                const int j0 = (item - n_blk) * a.win_chunk;
+                const int per_kv = a.win_chunk * RC;
+                for (int k = tid; k < 2 * per_kv; k += kThreads) {
+                    const int kv = k / per_kv, jj = (k % per_kv) / RC, part = k % RC;
+                    const int j = j0 + jj;
+                    const bool valid = j < w_len;
+                    const __half * base = kv ? a.win_v : a.win_k;
+                    const int64_t off = valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens +
+                                                 (w_start + j) % a.win_tokens) *
+                                                        D +
+                                                    part * 8
+                                              : 0;
+                    cp_async16(stage + (int64_t(kv * a.win_chunk + jj) * D + part * 8) * 2, base + off,
+                               valid ? 16 : 0);
+                }
+            }
+        }
+        cp_async_commit();  // one group per item, empty ones included, so the counts line up
+    };
+
+    dq_state<QP, CPL> st;
+#pragma unroll
+    for (int i = 0; i < QP; ++i)
+#pragma unroll
+        for (int k = 0; k < CPL; ++k) st.o[i][k] = 0.0f;
+    const int my_head = lane_head<L, QP>(lj);
+
+    int next_slot = load_slot(0);
+    for (int s = 0; s < a.n_stages - 1; ++s) {
+        issue(s, next_slot);
+        next_slot = load_slot(s + 1);
+    }
+
+    float qk[QP][CPL];
+    for (int it = 0; it < n_it; ++it) {
+        if (a.n_stages == 3)
+            cp_async_wait<1>();
+        else
+            cp_async_wait<0>();
+        __syncthreads();  // item it has landed for every thread; item it-1's stage is free
+        issue(it + a.n_stages - 1, next_slot);
+        next_slot = load_slot(it + a.n_stages);
+
+        const uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
+        const int item = it_begin + it;
+        if (item < n_blk) {
+            const int32_t * hdr = reinterpret_cast<const int32_t *>(stage);
+            const int n_hi = min(max(hdr[0], 0), a.cap[0]), n_lo = min(max(hdr[1], 0), a.cap[1]);
+            const uint8_t * head = stage + 16;
+            float vs[CPL];
+#pragma unroll
+            for (int k = 0; k < CPL; ++k)
+                vs[k] = a.cscale ? __half2float(reinterpret_cast<const __half *>(head)[lj * CPL + k]) : 1.0f;
+            const int hs = (n_hi + G - 1) / G, n_steps = hs + (n_lo + G - 1) / G;
+            int cur = -1;
+            float bias = 0.0f;
+            for (int ws = warp; ws < n_steps; ws += kWarps) {  // uniform per warp
+                const bool lo = ws >= hs;
+                const uint8_t * seg = head + (lo ? a.seg_off[1] : a.seg_off[0]);
+                const int bits = lo ? a.bits[1] : a.bits[0];
+                if (int(lo) != cur) {
+                    bias = setup_segment<D, QP, CPL>(q_s, seg, a, bits, lj, qk);
+                    cur = int(lo);
+                }
+                const seg_offsets so = lo ? seg_offsets{a.seg_vstep[1], a.seg_kcodes[1], a.seg_vcodes[1]}
+                                          : seg_offsets{a.seg_vstep[0], a.seg_kcodes[0], a.seg_vcodes[0]};
+                const int tok = (lo ? ws - hs : ws) * G + tg;
+                quant_step_bits<D, QP, CPL>(bits, st, qk, bias, vs, seg, so, tok, lo ? n_lo : n_hi, a, lj);
+            }
+        } else {
+            const int n_w = min(a.win_chunk, w_len - (item - n_blk) * a.win_chunk);
+            const int n_steps = (n_w + G - 1) / G;
+            if (warp < n_steps) {
+#pragma unroll
+                for (int i = 0; i < QP; ++i)
+#pragma unroll
+                    for (int k = 0; k < CPL; ++k) qk[i][k] = q_s[i * D + lj * CPL + k];
+            }
+            for (int ws = warp; ws < n_steps; ws += kWarps)
+                window_step<D, QP, CPL>(st, qk, stage, ws * G + tg, n_w, a, lj);
+        }
+    }
+    // Groups still outstanding are empty (issue() copies nothing past this split's items); wait
+    // anyway so that no copy can land in the ring once it is reused for the merge below.
+    cp_async_wait<0>();
+
+    // Token groups of the warp share m, so their l and o add.
+#pragma unroll
+    for (int off = L; off < 32; off <<= 1) {
+        st.l += __shfl_xor_sync(full_mask, st.l, off);
+#pragma unroll
+        for (int i = 0; i < QP; ++i)
+#pragma unroll
+            for (int k = 0; k < CPL; ++k) st.o[i][k] += __shfl_xor_sync(full_mask, st.o[i][k], off);
+    }
+    __syncthreads();                                 // every warp is done with the ring
+    float * sm_o = reinterpret_cast<float *>(ring);  // [kWarps][QP][D]
+    float * sm_m = sm_o + kWarps * QP * D;           // [kWarps][QP]
+    float * sm_l = sm_m + kWarps * QP;               // [kWarps][QP]
+    if (tg == 0) {
+#pragma unroll
+        for (int i = 0; i < QP; ++i)
+#pragma unroll
+            for (int k = 0; k < CPL; ++k) sm_o[(warp * QP + i) * D + lj * CPL + k] = st.o[i][k];
+        if (lj == head_lane<L, QP>(my_head)) {
+            sm_m[warp * QP + my_head] = st.m;
+            sm_l[warp * QP + my_head] = st.l;
+        }
+    }
+    __syncthreads();
+
+    for (int idx = tid; idx < nh * D; idx += kThreads) {
+        const int i = idx / D, d = idx % D;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * QP + i]);
+        float val = 0.0f, lse2 = -INFINITY;
+        if (mx != -INFINITY) {
+            float num = 0.0f, den = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+                const float wt = exp2f(sm_m[w * QP + i] - mx);  // 0 for a warp that saw no token
+                num = fmaf(wt, sm_o[(w * QP + i) * D + d], num);
+                den = fmaf(wt, sm_l[w * QP + i], den);
+            }
+            val = num / den;
+            lse2 = mx + log2f(den);
+        }
+        const int64_t row = int64_t(b) * a.n_q_heads + h0 + i;
+        if (a.n_splits == 1) {
+            a.out[row * D + d] = val;
+            if (d == 0) a.lse[row] = lse2 * kLn2;  // -inf stays -inf
+        } else {
+            a.part_o[(row * a.n_splits + split) * D + d] = val;
+            if (d == 0) a.part_lse[row * a.n_splits + split] = lse2;
+        }
+    }
+}
+
+// out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2; zeros and
+// -inf when no split saw a token.
+__global__ void attn_decode_quant_merge_kernel(const float * __restrict__ part_o,
+                                               const float * __restrict__ part_lse, float * __restrict__ out,
+                                               float * __restrict__ lse_out, int n_splits, int head_dim) {
+    const int64_t row = blockIdx.x;
+    const float * lse = part_lse + row * n_splits;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, lse[s]);
+    float den = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < n_splits; ++s) den += exp2f(lse[s] - mx);
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float val = 0.0f;
+        if (mx != -INFINITY) {
+            float num = 0.0f;
+            for (int s = 0; s < n_splits; ++s)
+                num = fmaf(exp2f(lse[s] - mx), part_o[(row * n_splits + s) * head_dim + d], num);
+            val = num / den;
+        }
+        out[row * head_dim + d] = val;
+    }
+    if (threadIdx.x == 0) lse_out[row] = mx == -INFINITY ? -INFINITY : (mx + log2f(den)) * kLn2;
+}
+
+int64_t ceil_div(int64_t x, int64_t y) {
+    return (x + y - 1) / y;
+}
+
+// Variant choice: channels per lane and the heads per block (see the banner).
+int qp_for(int64_t group) {
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+int cpl_for(int qp) {
+    return qp <= 4 ? 16 : 8;
+}
+
+// Stage size: one block's header + head region, or at least one window token (K and V rows).
+int64_t stage_bytes_for(const qblock_layout & q) {
+    return std::max<int64_t>(16 + q.head_bytes(), 4 * q.head_dim);
+}
+
+template <int D, int QP>
+struct dq_variant {
+    static constexpr int CPL = QP <= 4 ? 16 : 8;
+    static void launch(context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
+        attn_decode_quant_kernel<D, QP, CPL><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+    }
+    static int blocks_per_sm(size_t smem) {
+        int n = 0;
+        KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, attn_decode_quant_kernel<D, QP, CPL>, kThreads, smem));
+        return n > 0 ? n : 1;
+    }
+};
+
+// blocks == 0: only returns the variant's resident blocks per SM; else launches.
+template <int D>
+int dispatch_qp(int qp, context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
+    auto go = [&](auto variant) {
+        using V = decltype(variant);
+        if (blocks == 0) return V::blocks_per_sm(smem);
+        V::launch(ctx, a, blocks, smem);
+        return 0;
+    };
+    switch (qp) {
+        case 1:
+            return go(dq_variant<D, 1>{});
+        case 2:
+            return go(dq_variant<D, 2>{});
+        case 4:
+            return go(dq_variant<D, 4>{});
+        default:
+            return go(dq_variant<D, 8>{});
+    }
+}
+int dispatch(int head_dim, int qp, context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
+    return head_dim == 64 ? dispatch_qp<64>(qp, ctx, a, blocks, smem)
+                          : dispatch_qp<128>(qp, ctx, a, blocks, smem);
+}
+size_t smem_for(int head_dim, int qp, int stage_bytes, int n_stages) {
+    switch (head_dim == 64 ? qp : qp + 16) {
+        case 1:
+            return dq_smem_bytes<64, 1>(stage_bytes, n_stages);
+        case 2:
+            return dq_smem_bytes<64, 2>(stage_bytes, n_stages);
+        case 4:
+            return dq_smem_bytes<64, 4>(stage_bytes, n_stages);
+        case 8:
+            return dq_smem_bytes<64, 8>(stage_bytes, n_stages);
+        case 17:
+            return dq_smem_bytes<128, 1>(stage_bytes, n_stages);
+        case 18:
+            return dq_smem_bytes<128, 2>(stage_bytes, n_stages);
+        case 20:
+            return dq_smem_bytes<128, 4>(stage_bytes, n_stages);
+        default:
+            return dq_smem_bytes<128, 8>(stage_bytes, n_stages);
+    }
+}
+
+constexpr size_t kSmemLimit = 48 * 1024;  // the default limit on every target: no opt-in needed
+
+}  // namespace
+
+support supports_attn_decode_quant(const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    const qblock_layout & q = p.q;
+    if (q.head_dim != 64 && q.head_dim != 128)
+        return support::no("head_dim " + std::to_string(q.head_dim) + " (CUDA kernels exist for 64 and 128)");
+    const int qp = qp_for(p.n_q_heads / q.n_kv_heads);
+    const int cpl = cpl_for(qp);
+    if (q.v_group % cpl != 0)
+        return support::no("v_group " + std::to_string(q.v_group) + " must be a multiple of " +
+                           std::to_string(cpl) + " (channels per lane)");
+    if (op.src[1].offset % 16 != 0 || op.src[4].offset % 16 != 0 || op.src[5].offset % 16 != 0)
+        return support::no("pool, win_k and win_v views must start at 16-byte aligned offsets (cp.async)");
+    const int64_t stage = stage_bytes_for(q);
+    if (smem_for(int(q.head_dim), qp, int(std::min<int64_t>(stage, INT_MAX)), 2) > kSmemLimit)
+        return support::no("a block's region of one KV head (" + std::to_string(q.head_bytes()) +
+                           " bytes) is too large for two shared-memory stages");
+    if (p.n_slots > INT_MAX || p.nnz_blocks > INT_MAX || p.max_tokens > INT_MAX ||
+        p.batch * p.n_q_heads > INT_MAX || p.win_tokens > INT_MAX / 2 || p.n_win_rows > INT_MAX)
+        return support::no("pool, index arrays and token counts must fit in 32 bits");
+    const int64_t chunks = ceil_div(p.n_q_heads / q.n_kv_heads, qp);
+    if (p.batch * q.n_kv_heads * chunks * std::max<int64_t>(1, p.n_splits) > INT_MAX)
+        return support::no("too many thread blocks (batch * kv_heads * splits)");
+    return support::yes();
+}
+
+void run_attn_decode_quant(context & ctx, const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    const qblock_layout & q = p.q;
+    const int D = int(q.head_dim);
+    const int group = int(p.n_q_heads / q.n_kv_heads);
+    const int qp = qp_for(group);
+    const int head_chunks = int(ceil_div(group, qp));
+
+    dq_args a{};
+    a.q = dev_ptr<const float>(op.src[0]);
+    a.pool = dev_ptr<const uint8_t>(op.src[1]);
+    a.indptr = dev_ptr<const int32_t>(op.src[2]);
+    a.indices = dev_ptr<const int32_t>(op.src[3]);
+    a.win_k = dev_ptr<const __half>(op.src[4]);
+    a.win_v = dev_ptr<const __half>(op.src[5]);
+    a.win = dev_ptr<const int32_t>(op.src[6]);
+    a.out = dev_ptr<float>(op.dst[0]);
+    a.lse = dev_ptr<float>(op.dst[1]);
+    a.slot_bytes = q.slot_bytes();
+    a.head_bytes = q.head_bytes();
+    a.seg_off[0] = int(q.head_hi());
+    a.seg_off[1] = int(q.head_lo());
+    a.cap[0] = q.hi_tokens;
+    a.cap[1] = q.lo_tokens;
+    a.bits[0] = q.hi_bits;
+    a.bits[1] = q.lo_bits;
+    a.seg_kstep = int(q.seg_kstep());
+    a.seg_vmin = int(q.seg_vmin());
+    for (int s = 0; s < 2; ++s) {
+        a.seg_vstep[s] = int(q.seg_vstep(a.cap[s]));
+        a.seg_kcodes[s] = int(q.seg_kcodes(a.cap[s]));
+        a.seg_vcodes[s] = int(q.seg_vcodes(a.cap[s], a.bits[s]));
+    }
+    a.groups = int(q.v_groups());
+    a.v_group = q.v_group;
+    a.cscale = q.channel_scale;
+    a.n_slots = int(p.n_slots);
+    a.nnz = int(p.nnz_blocks);
+    a.n_kv_heads = int(q.n_kv_heads);
+    a.n_q_heads = int(p.n_q_heads);
+    a.group = group;
+    a.head_chunks = head_chunks;
+    a.n_win_rows = int(p.n_win_rows);
+    a.win_tokens = int(p.win_tokens);
+    a.qscale = p.scale * kLog2e;
+
+    // Stages: three when they fit the default shared memory, else two (supports checked).
+    a.stage_bytes = int(stage_bytes_for(q));
+    a.n_stages = smem_for(D, qp, a.stage_bytes, 3) <= kSmemLimit ? 3 : 2;
+    const size_t smem = smem_for(D, qp, a.stage_bytes, a.n_stages);
+    // A window chunk carries about a block's bytes: K and V rows of 2 * D bytes each.
+    a.win_chunk = int(std::max<int64_t>(1, a.stage_bytes / (4 * q.head_dim)));
+
+    // Items per (request, KV head), estimated from max_tokens assuming full blocks (the last
+    // split takes whatever is beyond the estimate).
+    const int64_t est_blocks = std::min<int64_t>(p.nnz_blocks, ceil_div(p.max_tokens, q.block_tokens()));
+    const int64_t est_items =
+        est_blocks + ceil_div(std::min<int64_t>(p.win_tokens, p.max_tokens), a.win_chunk);
+
+    // Splits: honour n_splits; else pick the count whose blocks fill the resident slots (SMs x
+    // blocks per SM) best in whole waves, as attn_decode does; fewer splits win near-ties.
+    const int64_t work = p.batch * q.n_kv_heads * head_chunks;
+    int64_t splits = p.n_splits;
+    if (splits <= 0) {
+        const int64_t slots = int64_t(ctx.sm_count) * dispatch(D, qp, ctx, a, 0, smem);
+        const int64_t max_splits =
+            std::min(std::max<int64_t>(1, est_items / kMinItemsPerSplit), 2 * ceil_div(slots, work) + 1);
+        double best = 0.0;
+        splits = 1;
+        for (int64_t s = 1; s <= max_splits; ++s) {
+            const int64_t blocks = work * s;
+            const double eff = double(blocks) / double(ceil_div(blocks, slots) * slots);
+            if (eff > best + 0.02) {
+                best = eff;
+                splits = s;
+            }
+        }
+    }
+    const int64_t ips = std::max<int64_t>(1, ceil_div(est_items, splits));
+    splits =
+        std::max<int64_t>(1, std::min(splits, ceil_div(est_items, ips)));  // no split left empty by rounding
+    a.n_splits = int(splits);
+    a.items_per_split = int(std::min<int64_t>(ips, INT_MAX));
+
+    if (splits > 1) {
+        const int64_t rows = p.batch * p.n_q_heads;
+        const size_t o_bytes = (size_t(rows * splits * D) * sizeof(float) + 255) & ~size_t(255);
+        char * ws = static_cast<char *>(ctx.workspace(o_bytes + size_t(rows * splits) * sizeof(float)));
+        a.part_o = reinterpret_cast<float *>(ws);
+        a.part_lse = reinterpret_cast<float *>(ws + o_bytes);
+    }
+    dispatch(D, qp, ctx, a, work * splits, smem);
+    if (splits > 1) {
+        attn_decode_quant_merge_kernel<<<unsigned(p.batch * p.n_q_heads), unsigned(D), 0, ctx.stream>>>(
+            a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+    }
+}
+
+}  // namespace kvcomp::cuda

@@ -1,0 +1,241 @@
+// probe_scores: ZipCache saliency, the column sums of the probe queries' causal attention rows
+// (contract in core/op.h), deterministic and without any P x K intermediate.
+//
+// Rows: for KV head g the rows are r = p * group + j (probe p, query head g * group + j), so a
+// KV head's rows share its keys. Keys are visible to probe p when key_pos <= probe_pos[p].
+// Kernels (128 threads = 4 warps; lane = key within a 32-key tile, warp = a subset of rows):
+//   probe_lse_kernel     (skipped when use_lse) one block per (KV head, tile of 16 rows): walks all
+//       key tiles; per tile the block stages 32 keys in shared memory (f32, row stride hd + 1 so
+//       lanes reading different keys hit different banks), each warp scores its 4 rows against
+//       them, each lane keeping an online (max, sum) per row over the keys it saw; a warp then
+//       combines its lanes' pairs with a fixed butterfly -> lse[p, h] (natural log; -inf when the
+//       probe sees no key).
+//   probe_scores_kernel  one block per (KV head, 32-key tile): walks all row tiles of the group,
+//       staging 16 query rows at a time; each thread accumulates exp(logit - lse) of its key over
+//       its warp's rows; the 4 warps' sums are added in a fixed order at the end.
+// Every sum has a fixed order, so results are identical run to run; no atomics. Work is
+// O(n_probes * n_q_heads * n_keys * head_dim) twice, memory O(n_probes * n_q_heads) (the lse).
+// fp32 throughout (logits, expf, sums); the CPU oracle uses double (tolerance: NMSE 1e-6).
+#include <climits>
+
+#include "common.cuh"
+
+namespace kvcomp::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeyTile = 32;  // keys per tile: one per lane
+constexpr int kRowTile = 16;  // query rows staged at a time: 4 per warp
+constexpr int kRowsPerWarp = kRowTile / kWarps;
+
+struct probe_args {
+    const float * q;  // [n_probes, n_q_heads, hd]
+    const int32_t * probe_pos;
+    const int32_t * key_pos;
+    const float * lse_in;  // [n_probes, n_q_heads]: src4, or the workspace filled by probe_lse_kernel
+    float * lse_out;
+    float * scores;  // [n_kv_heads, n_keys]
+    int64_t n_keys, row_tokens;
+    int n_probes, n_q_heads, n_kv_heads, group, hd;
+    float scale;
+};
+
+// Stages keys [k0, k0 + 32) of KV head g as f32 rows of stride hd + 1 (zeros past n_keys).
+template <typename TK>
+__device__ __forceinline__ void stage_keys(float * k_s, const TK * __restrict__ k, const probe_args & a,
+                                           int g, int64_t k0) {
+    for (int idx = threadIdx.x; idx < kKeyTile * a.hd; idx += kThreads) {
+        const int kk = idx / a.hd, c = idx % a.hd;
+        const int64_t i = k0 + kk;
+        float x = 0.0f;
+        if (i < a.n_keys) {
+            const int64_t rt = a.row_tokens;  // core/op.h: token-major (0) or head-major rows
+            const int64_t e = rt == 0 ? (i * a.n_kv_heads + g) * a.hd + c
+                                      : (((i / rt) * a.n_kv_heads + g) * rt + i % rt) * a.hd + c;
+            x = to_float(k[e]);
+        }
+        k_s[kk * (a.hd + 1) + c] = x;
+    }
+}
+
+// Stages query rows [r0, r0 + 16) of KV head g's group (zeros past the last row).
+__device__ __forceinline__ void stage_rows(float * q_s, const probe_args & a, int g, int r0, int n_rows) {
+    for (int idx = threadIdx.x; idx < kRowTile * a.hd; idx += kThreads) {
+        const int rr = idx / a.hd, c = idx % a.hd, r = r0 + rr;
+        float x = 0.0f;
+        if (r < n_rows) {
+            const int p = r / a.group, h = g * a.group + r % a.group;
+            x = a.q[(int64_t(p) * a.n_q_heads + h) * a.hd + c];
+        }
+        q_s[rr * a.hd + c] = x;
+    }
+}
+
+// scale * q_s[row] . k_s[lane]
+__device__ __forceinline__ float logit(const float * q_s, const float * k_s, int row, int lane, int hd,
+                                       float scale) {
+    const float * qr = q_s + row * hd;  // same address for the whole warp: broadcast
+    const float * kr = k_s + lane * (hd + 1);
+    float acc = 0.0f;
+    for (int c = 0; c < hd; ++c) acc = fmaf(qr[c], kr[c], acc);
+    return acc * scale;
+}
+
+template <typename TK>
+__global__ void __launch_bounds__(kThreads) probe_lse_kernel(const TK * __restrict__ k, const probe_args a) {
+    extern __shared__ float smem[];
+    float * k_s = smem;                         // [32][hd + 1]
+    float * q_s = k_s + kKeyTile * (a.hd + 1);  // [16][hd]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_rows = a.n_probes * a.group;
+    const int row_tiles = (n_rows + kRowTile - 1) / kRowTile;
+    const int g = int(blockIdx.x / row_tiles), r0 = int(blockIdx.x % row_tiles) * kRowTile;
+
+    stage_rows(q_s, a, g, r0, n_rows);
+    int ppos[kRowsPerWarp];
+    float m[kRowsPerWarp], l[kRowsPerWarp];
+    const int warp_rows = min(kRowsPerWarp, max(n_rows - (r0 + warp * kRowsPerWarp), 0));
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+        const int r = r0 + warp * kRowsPerWarp + j;
+        ppos[j] = r < n_rows ? a.probe_pos[r / a.group] : 0;
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+    }
+    for (int64_t k0 = 0; k0 < a.n_keys; k0 += kKeyTile) {
+        __syncthreads();  // previous tile consumed (and q_s staged, first time)
+        stage_keys(k_s, k, a, g, k0);
+        __syncthreads();
+        const int64_t i = k0 + lane;
+        const bool key_ok = i < a.n_keys;
+        const int kpos = key_ok ? a.key_pos[i] : 0;
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) {
+            if (j >= warp_rows || !key_ok || kpos > ppos[j]) continue;  // past the end, or not visible
+            const float s = logit(q_s, k_s, warp * kRowsPerWarp + j, lane, a.hd, a.scale);
+            if (s > m[j]) {
+                l[j] = l[j] * expf(m[j] - s) + 1.0f;  // expf(-inf) = 0 on the first key
+                m[j] = s;
+            } else {
+                l[j] += expf(s - m[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+        const float mx = warp_max(m[j]);
+        const float part = m[j] == -INFINITY ? 0.0f : l[j] * expf(m[j] - mx);
+        const float sum = warp_sum(part);
+        const int r = r0 + warp * kRowsPerWarp + j;
+        if (lane == 0 && r < n_rows) {
+            const int p = r / a.group, h = g * a.group + r % a.group;
+            a.lse_out[int64_t(p) * a.n_q_heads + h] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+        }
+    }
+}
+
+template <typename TK>
+__global__ void __launch_bounds__(kThreads)
+    probe_scores_kernel(const TK * __restrict__ k, const probe_args a) {
+    extern __shared__ float smem[];
+    float * k_s = smem;                         // [32][hd + 1]
+    float * q_s = k_s + kKeyTile * (a.hd + 1);  // [16][hd]
+    __shared__ float sm_acc[kWarps][kKeyTile];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int n_rows = a.n_probes * a.group;
+    const int64_t key_tiles = (a.n_keys + kKeyTile - 1) / kKeyTile;
+    const int g = int(blockIdx.x / key_tiles);
+    const int64_t k0 = (blockIdx.x % key_tiles) * kKeyTile;
+    const int64_t i = k0 + lane;
+    const bool key_ok = i < a.n_keys;
+    const int kpos = key_ok ? a.key_pos[i] : 0;
+
+    stage_keys(k_s, k, a, g, k0);
+    float acc = 0.0f;
+    for (int r0 = 0; r0 < n_rows; r0 += kRowTile) {
+        __syncthreads();  // previous rows consumed (and k_s staged, first time)
+        stage_rows(q_s, a, g, r0, n_rows);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) {
+            const int r = r0 + warp * kRowsPerWarp + j;
+            if (r >= n_rows) continue;
+            const int p = r / a.group, h = g * a.group + r % a.group;
+            if (!key_ok || kpos > a.probe_pos[p]) continue;  // past the end, or not visible
+            const float s = logit(q_s, k_s, warp * kRowsPerWarp + j, lane, a.hd, a.scale);
+            acc += expf(s - a.lse_in[int64_t(p) * a.n_q_heads + h]);
+        }
+    }
+    sm_acc[warp][lane] = acc;
+    __syncthreads();
+    if (warp == 0 && i < a.n_keys) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) sum += sm_acc[w][lane];
+        a.scores[int64_t(g) * a.n_keys + i] = sum;
+    }
+}
+
+size_t probe_smem_bytes(int64_t hd) {
+    return size_t(kKeyTile * (hd + 1) + kRowTile * hd) * sizeof(float);
+}
+
+template <typename TK>
+void launch(context & ctx, const op_desc & op, probe_args a) {
+    const auto & p = op.get<probe_scores_params>();
+    const TK * k = dev_ptr<const TK>(op.src[2]);
+    const size_t smem = probe_smem_bytes(p.head_dim);
+    const int64_t n_rows = p.n_probes * a.group;
+    if (!p.use_lse && n_rows > 0) {
+        a.lse_out = static_cast<float *>(ctx.workspace(size_t(p.n_probes * p.n_q_heads) * sizeof(float)));
+        const int64_t blocks = p.n_kv_heads * ((n_rows + kRowTile - 1) / kRowTile);
+        probe_lse_kernel<TK><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(k, a);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+        a.lse_in = a.lse_out;
+    }
+    // With no probes the scores are zeros, written by the same kernel (its row loop is empty).
+    const int64_t blocks = p.n_kv_heads * ((p.n_keys + kKeyTile - 1) / kKeyTile);
+    probe_scores_kernel<TK><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(k, a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+support supports_probe_scores(const op_desc & op) {
+    const auto & p = op.get<probe_scores_params>();
+    if (probe_smem_bytes(p.head_dim) > 48 * 1024)
+        return support::no("head_dim " + std::to_string(p.head_dim) + " (key and query tiles exceed 48 KiB)");
+    const int64_t group = p.n_q_heads / p.n_kv_heads;
+    if (p.n_probes * p.n_q_heads > INT_MAX || p.n_probes * group + kRowTile > INT_MAX)
+        return support::no("n_probes * n_q_heads must fit in 32 bits");
+    if (p.n_kv_heads * ((p.n_keys + kKeyTile - 1) / kKeyTile) > INT_MAX ||
+        p.n_kv_heads * ((p.n_probes * group + kRowTile - 1) / kRowTile) > INT_MAX)
+        return support::no("too many thread blocks");
+    return support::yes();
+}
+
+void run_probe_scores(context & ctx, const op_desc & op) {
+    const auto & p = op.get<probe_scores_params>();
+    probe_args a{};
+    a.q = dev_ptr<const float>(op.src[0]);
+    a.probe_pos = dev_ptr<const int32_t>(op.src[1]);
+    a.key_pos = dev_ptr<const int32_t>(op.src[3]);
+    a.lse_in = p.use_lse ? dev_ptr<const float>(op.src[4]) : nullptr;
+    a.scores = dev_ptr<float>(op.dst[0]);
+    a.n_keys = p.n_keys;
+    a.row_tokens = p.row_tokens;
+    a.n_probes = int(p.n_probes);
+    a.n_q_heads = int(p.n_q_heads);
+    a.n_kv_heads = int(p.n_kv_heads);
+    a.group = int(p.n_q_heads / p.n_kv_heads);
+    a.hd = int(p.head_dim);
+    a.scale = p.scale;
+    if (op.src[2].type == dtype::f16)
+        launch<__half>(ctx, op, a);
+    else
+        launch<float>(ctx, op, a);
+}
+
+}  // namespace kvcomp::cuda
