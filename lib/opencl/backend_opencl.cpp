@@ -350,11 +350,12 @@ void cl_backend::cancel_event_slot(cl_event * slot) {
     if (slot && !events_.empty() && slot == &events_.back()) events_.pop_back();
 }
 
-cl_kernel cl_backend::kernel(const char * file, const defines & defs, const char * kname) {
-    std::string key = std::string(file) + '\n' + kname + '\n' + defs.text();
+cl_kernel cl_backend::kernel(const char * file, const defines & defs, const char * kname,
+                             const char * extra_options) {
+    std::string key = std::string(file) + '\n' + kname + '\n' + extra_options + '\n' + defs.text();
     auto it = kernels_.find(key);
     if (it != kernels_.end()) return it->second;
-    cl_program program = dev_->programs->get(file, defs.text());
+    cl_program program = dev_->programs->get(file, defs.text(), extra_options);
     cl_int err = CL_SUCCESS;
     cl_kernel k = clCreateKernel(program, kname, &err);
     if (err != CL_SUCCESS)
@@ -362,6 +363,12 @@ cl_kernel cl_backend::kernel(const char * file, const defines & defs, const char
                      error_name(err));
     kernels_.emplace(std::move(key), k);
     return k;
+}
+
+size_t cl_backend::kernel_wg_limit(cl_kernel k) const {
+    size_t n = 0;
+    KVCOMP_CL_CHECK(clGetKernelWorkGroupInfo(k, dev_->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(n), &n, nullptr));
+    return n;
 }
 
 void cl_backend::launch(cl_kernel k, unsigned dims, const size_t * global, const size_t * local) {
@@ -413,9 +420,11 @@ support cl_backend::supports(const op_desc & op) const {
         case op_type::attn_prefill:
             return supports_attn_prefill(*this, op);
         case op_type::kv_quantize:
+            return supports_kv_quantize(*this, op);
         case op_type::attn_decode_quant:
+            return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
-            return support::no("not implemented on OpenCL yet");
+            return supports_probe_scores(*this, op);
         case op_type::count:
             return support::no("unknown op");
         default:
@@ -462,8 +471,14 @@ void cl_backend::run_checked(const op_desc & op) {
             run_attn_prefill(*this, op);
             break;
         case op_type::kv_quantize:
+            run_kv_quantize(*this, op);
+            break;
         case op_type::attn_decode_quant:
+            run_attn_decode_quant(*this, op);
+            break;
         case op_type::probe_scores:
+            run_probe_scores(*this, op);
+            break;
         case op_type::count:
             KVCOMP_THROW(status::internal, "opencl: unhandled op ", describe(op));
     }

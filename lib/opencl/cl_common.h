@@ -114,8 +114,13 @@ class cl_backend final : public backend {
     device_context & dev() const { return *dev_; }
     cl_command_queue queue() const { return queue_; }
 
-    // The kernel `name` of cl_kernels/<file> compiled with `defs` (lazily, cached per backend).
-    cl_kernel kernel(const char * file, const defines & defs, const char * name);
+    // The kernel `name` of cl_kernels/<file> compiled with `defs` and `extra_options` appended to
+    // the build options (lazily, cached per backend).
+    cl_kernel kernel(const char * file, const defines & defs, const char * name, const char * extra_options = "");
+
+    // CL_KERNEL_WORK_GROUP_SIZE of k on this device: the largest work-group it can be launched with
+    // (may be below CL_DEVICE_MAX_WORK_GROUP_SIZE, e.g. for kernels with large private or local use).
+    size_t kernel_wg_limit(cl_kernel k) const;
 
     // Enqueues k over `global` (rounded up to a multiple of `local` per axis; local may be null).
     void launch(cl_kernel k, unsigned dims, const size_t * global, const size_t * local);
@@ -227,8 +232,14 @@ void run_argmax(cl_backend & be, const op_desc & op);
 void run_kv_append(cl_backend & be, const op_desc & op);
 void run_attn_decode(cl_backend & be, const op_desc & op);
 void run_attn_prefill(cl_backend & be, const op_desc & op);
+void run_kv_quantize(cl_backend & be, const op_desc & op);
+void run_attn_decode_quant(cl_backend & be, const op_desc & op);
+void run_probe_scores(cl_backend & be, const op_desc & op);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);
+support supports_kv_quantize(const cl_backend & be, const op_desc & op);
+support supports_attn_decode_quant(const cl_backend & be, const op_desc & op);
+support supports_probe_scores(const cl_backend & be, const op_desc & op);
 
 }  // namespace kvcomp::cl

@@ -122,7 +122,8 @@ program_cache::~program_cache() {
     clear_memory();
 }
 
-cl_program program_cache::get(const std::string & file, const std::string & preamble) {
+cl_program program_cache::get(const std::string & file, const std::string & preamble,
+                              const std::string & extra_options) {
     const cl_source & common = find_source("common.cl");
     const cl_source & body = find_source(file);
     std::string source;
@@ -141,12 +142,12 @@ cl_program program_cache::get(const std::string & file, const std::string & prea
             if (c == '\n') c = ';';
         label += " with [" + defs + "]";
     }
-    return lookup_locked(label, source);
+    return lookup_locked(label, source, extra_options.empty() ? build_options() : build_options() + ' ' + extra_options);
 }
 
 cl_program program_cache::get_source(const std::string & label, const std::string & source) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return lookup_locked(label, source);
+    return lookup_locked(label, source, build_options());
 }
 
 program_cache_stats program_cache::stats() const {
@@ -160,12 +161,12 @@ void program_cache::clear_memory() {
     programs_.clear();
 }
 
-cl_program program_cache::lookup_locked(const std::string & label, const std::string & source) {
-    const std::string & options = build_options();
+cl_program program_cache::lookup_locked(const std::string & label, const std::string & source,
+                                        const std::string & options) {
     const uint64_t mem_hash = fnv1a64(source, fnv1a64(options));
     auto range = programs_.equal_range(mem_hash);
     for (auto it = range.first; it != range.second; ++it)
-        if (it->second.source == source) {
+        if (it->second.source == source && it->second.options == options) {
             ++stats_.memory_hits;
             return it->second.program;
         }
@@ -181,17 +182,18 @@ cl_program program_cache::lookup_locked(const std::string & label, const std::st
         key_hash = fnv1a64(key);
         key_hash2 = fnv1a64(key, kSecondBasis);
         path = dir + "/" + hex16(key_hash) + ".clbin";
-        program = load_binary(path, key_hash, key_hash2);
+        program = load_binary(path, key_hash, key_hash2, options);
     }
     if (!program) {
-        program = build_source(label, source);
+        program = build_source(label, source, options);
         if (!path.empty()) store_binary(program, path, key_hash, key_hash2);
     }
-    programs_.emplace(mem_hash, entry{source, program});
+    programs_.emplace(mem_hash, entry{source, options, program});
     return program;
 }
 
-cl_program program_cache::load_binary(const std::string & path, uint64_t key_hash, uint64_t key_hash2) {
+cl_program program_cache::load_binary(const std::string & path, uint64_t key_hash, uint64_t key_hash2,
+                                      const std::string & options) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return nullptr;  // not cached yet: not a reject
     file_header h{};
@@ -215,7 +217,7 @@ cl_program program_cache::load_binary(const std::string & path, uint64_t key_has
         if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
             if (program) clReleaseProgram(program);
             program = nullptr;
-        } else if (clBuildProgram(program, 1, &device_, build_options().c_str(), nullptr, nullptr) !=
+        } else if (clBuildProgram(program, 1, &device_, options.c_str(), nullptr, nullptr) !=
                    CL_SUCCESS) {
             clReleaseProgram(program);
             program = nullptr;
@@ -273,13 +275,13 @@ void program_cache::store_binary(cl_program program, const std::string & path, u
     }
 }
 
-cl_program program_cache::build_source(const std::string & label, const std::string & source) {
+cl_program program_cache::build_source(const std::string & label, const std::string & source,
+                                       const std::string & options) {
     const char * text = source.c_str();
     const size_t length = source.size();
     cl_int err = CL_SUCCESS;
     cl_program program = clCreateProgramWithSource(context_, 1, &text, &length, &err);
     KVCOMP_CL_CHECK(err);
-    const std::string & options = build_options();
     const cl_int build = clBuildProgram(program, 1, &device_, options.c_str(), nullptr, nullptr);
     if (build != CL_SUCCESS) {
         const std::string log = build_log(program, device_);

@@ -2,7 +2,8 @@
 //
 // Program source = `#define` preamble + cl_kernels/common.cl + cl_kernels/<file>, each part preceded
 // by a #line directive so build logs point into the right file. Build options are
-// "-cl-std=CL1.2" plus $KVCOMP_CL_BUILD_OPTIONS.
+// "-cl-std=CL1.2" plus $KVCOMP_CL_BUILD_OPTIONS, plus per-program options a launcher asks for (e.g.
+// kv_quantize's -cl-fp32-correctly-rounded-divide-sqrt); the options are part of every cache key.
 //
 // In memory: one cl_program per (source, options), owned by the cache until clear_memory() or exit.
 // Lookup key = FNV-1a 64 of the source and options, confirmed by comparing the full strings.
@@ -44,9 +45,10 @@ class program_cache {
     program_cache(const program_cache &) = delete;
     program_cache & operator=(const program_cache &) = delete;
 
-    // The program for cl_kernels/<file> after `preamble`; built on first use. Throws
-    // kernel_build_failed (with the log) or io_error (missing source).
-    cl_program get(const std::string & file, const std::string & preamble);
+    // The program for cl_kernels/<file> after `preamble`, built with build_options() followed by
+    // `extra_options`; built on first use. Throws kernel_build_failed (with the log) or io_error
+    // (missing source).
+    cl_program get(const std::string & file, const std::string & preamble, const std::string & extra_options = "");
 
     // The program for an arbitrary complete source; `label` names it in errors.
     cl_program get_source(const std::string & label, const std::string & source);
@@ -59,14 +61,15 @@ class program_cache {
 
   private:
     struct entry {
-        std::string source;
+        std::string source, options;
         cl_program program = nullptr;
     };
 
-    cl_program lookup_locked(const std::string & label, const std::string & source);
-    cl_program load_binary(const std::string & path, uint64_t key_hash, uint64_t key_hash2);
+    cl_program lookup_locked(const std::string & label, const std::string & source, const std::string & options);
+    cl_program load_binary(const std::string & path, uint64_t key_hash, uint64_t key_hash2,
+                           const std::string & options);
     void store_binary(cl_program program, const std::string & path, uint64_t key_hash, uint64_t key_hash2);
-    cl_program build_source(const std::string & label, const std::string & source);
+    cl_program build_source(const std::string & label, const std::string & source, const std::string & options);
 
     cl_context context_;
     cl_device_id device_;

@@ -1,0 +1,298 @@
+// attn_decode_quant.cl: decode attention over quantized KV blocks (lib/core/qblock.h) plus an fp16
+// ring window, split-KV, dequantizing in registers (no fp16 copy of the cache is ever made).
+//
+// Kernels:
+//   kvc_adq_split: one work-group per (split, KV head x query sub-group, request); the GB query heads
+//     of one KV head share every K/V read. NDRange local (NT, 1, 1), global (NT * n_splits,
+//     n_kv_heads * group / GB, batch). Split s takes the request's blocks [s * chunk, (s + 1) * chunk)
+//     (the last split also any beyond, and the window). Per block:
+//       0. the KV head's part of the slot (QB_HEAD_BYTES, one contiguous range) is copied to local
+//          memory with coalesced 16-byte loads: codes, f16 parameters and vscale are then read
+//          from local memory by every phase;
+//     then per segment (hi, lo) in tiles of up to NT tokens, and likewise for the window tiles:
+//       1. work-item i dequantizes the key row of token i (a 32-bit word of codes at a time, 4
+//          channels per float4: code * kstep + kmin) and computes its GB scores against q in local
+//          memory (pre-scaled by scale * log2(e), so the softmax uses exp2);
+//       2. every work-item scans the tile's scores for the per-head maximum and applies the online
+//          softmax update (running max m, rescale alpha, probabilities p to local memory);
+//       3. work-items become (token slot, lane): lane l owns channels [4l, 4l + 4), whose codes
+//          sit in one 32-bit word of the value row; it dequantizes them
+//          ((code * vstep + vmin) * vscale) and accumulates p * v for the GB heads over its slot's
+//          tokens.
+//     At the end the slot accumulators are summed in local memory. With n_splits == 1 the result
+//     and lse go straight to out/lse; otherwise the unnormalized o, the running max m (log2 domain)
+//     and the sum l go to the scratch buffer.
+//   kvc_adq_merge: combines the splits of each (request, query head) like attn_decode's merge and
+//     writes lse = ln(sum_s 2^(m_s - M) l_s) + M ln 2 (-inf and out = 0 when there is no token).
+//     NDRange global (>= QB_HD, n_q_heads, batch).
+// Header counts are clamped to the capacities, and slots, window rows and lengths to their ranges,
+// so corrupt metadata cannot make a work-group read outside its buffers (the CPU reference throws).
+// Layout (lib/core/op.h): q, out f32 [batch, n_q_heads, QB_HD]; pool u8 (16-byte aligned view);
+//   block_indptr, block_indices i32; win_k, win_v f16 [n_win_rows, n_kv_heads, win_tokens, QB_HD];
+//   win i32 [batch, 3]; lse f32 [batch, n_q_heads]; scratch `part` (f32) holds part_o
+//   [batch, n_q_heads, n_splits, QB_HD] at element 0 and part_ml [batch, n_q_heads, n_splits, 2] at
+//   element ml_off.
+// Preamble defines: lib/opencl/qblock_defines.h, plus GB (query heads per work-group, divides the GQA
+//   group) and NT (work-group size, >= QB_HD / 4).
+
+#define KVC_LN2 0.69314718055994530942f
+#define HD4 (QB_HD / 4)
+#define LV HD4                     // lanes per value row in phase 3 (4 channels each)
+#define TPV (NT / LV)              // token slots in phase 3
+#define GBP (((GB + 3) / 4) * 4)   // heads padded to whole float4s in the score arrays
+#define BLK_V4 (QB_HEAD_BYTES / 16)
+
+// Softmax state of the work-item: per head running max (log2 domain), sum and value accumulator.
+typedef struct {
+    float m[GB], l[GB];
+    float4 acc[GB];
+} kvc_state;
+
+// Phase 2 for a tile of tn >= 1 tokens given this work-item's scores s (-inf past tn); ends with
+// the probabilities in p_l and the state rescaled to the new maximum.
+inline void kvc_softmax_tile(const float * s, int tn, local float4 * s4, local float * p_l, kvc_state * st) {
+    const int tid = get_local_id(0);
+    local float * s_l = (local float *)s4;
+#pragma unroll
+    for (int g = 0; g < GB; ++g) s_l[tid * GBP + g] = s[g];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float mt[GBP];
+#pragma unroll
+    for (int g = 0; g < GBP; ++g) mt[g] = -INFINITY;
+    for (int j = 0; j < tn; ++j) {
+#pragma unroll
+        for (int k = 0; k < GBP / 4; ++k) {
+            const float4 v = s4[j * (GBP / 4) + k];
+            mt[4 * k] = fmax(mt[4 * k], v.x);
+            mt[4 * k + 1] = fmax(mt[4 * k + 1], v.y);
+            mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
+            mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+        const float mn = fmax(st->m[g], mt[g]);  // finite: the tile has a token
+        const float alpha = exp2(st->m[g] - mn);
+        st->m[g] = mn;
+        st->l[g] *= alpha;
+        st->acc[g] *= alpha;
+        p_l[tid * GBP + g] = exp2(s[g] - mn);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline void kvc_accumulate(kvc_state * st, local const float * p_l, int j, float4 v) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+        const float p = p_l[j * GBP + g];
+        st->acc[g] += p * v;
+        st->l[g] += p;
+    }
+}
+
+// Four codes of `bits` bits starting at bit `shift` of w.
+inline float4 kvc_codes4(uint w, int shift, int bits) {
+    const uint mask = (1u << bits) - 1u;
+    return convert_float4((uint4)(w >> shift, w >> (shift + bits), w >> (shift + 2 * bits), w >> (shift + 3 * bits)) &
+                          (uint4)(mask));
+}
+
+// One segment of a staged block: n tokens, tiles of NT.
+inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, int vmin_off, int vstep_off,
+                              int kcodes_off, int vcodes_off, int n, float4 vsc, local const float4 * q4,
+                              local float4 * s4, local float * p_l, kvc_state * st) {
+    const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
+    const int rb = QB_HD * bits / 8, cpw = 32 / bits;  // code row bytes, codes per 32-bit word
+    local const half * kmin = (local const half *)seg;
+    local const half * kstep = (local const half *)(seg + kstep_off);
+    local const half * vmin = (local const half *)(seg + vmin_off);
+    local const half * vstep = (local const half *)(seg + vstep_off);
+    for (int t0 = 0; t0 < n; t0 += NT) {
+        const int tn = min(NT, n - t0);
+        // 1. scores of token t0 + tid
+        float s[GB];
+#pragma unroll
+        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
+        if (tid < tn) {
+            local const uint * row = (local const uint *)(seg + kcodes_off + (t0 + tid) * rb);
+            for (int w = 0; w < rb / 4; ++w) {
+                const uint word = row[w];
+                for (int i = 0; i < cpw / 4; ++i) {
+                    const int c4 = w * (cpw / 4) + i;
+                    const float4 kd = kvc_codes4(word, 4 * i * bits, bits) * vload_half4(c4, kstep) + vload_half4(c4, kmin);
+#pragma unroll
+                    for (int g = 0; g < GB; ++g) s[g] += dot(kd, q4[g * HD4 + c4]);
+                }
+            }
+        }
+        kvc_softmax_tile(s, tn, s4, p_l, st);
+        // 3. values: lane's 4 channels of the slot's tokens
+        if (slot < TPV) {
+            const int bit = lane * 4 * bits;
+            for (int j = slot; j < tn; j += TPV) {
+                const int t = t0 + j;
+                const uint word = ((local const uint *)(seg + vcodes_off + t * rb))[bit / 32];
+                const float4 cd = kvc_codes4(word, bit % 32, bits);
+#if QB_VG % 4 == 0
+                const int gi = t * QB_NG + (lane * 4) / QB_VG;
+                const float4 w = cd * vload_half(gi, vstep) + vload_half(gi, vmin);
+#else
+                const int g0 = t * QB_NG, c0 = lane * 4;
+                const float4 w = cd * (float4)(vload_half(g0 + c0 / QB_VG, vstep), vload_half(g0 + (c0 + 1) / QB_VG, vstep),
+                                               vload_half(g0 + (c0 + 2) / QB_VG, vstep), vload_half(g0 + (c0 + 3) / QB_VG, vstep)) +
+                                 (float4)(vload_half(g0 + c0 / QB_VG, vmin), vload_half(g0 + (c0 + 1) / QB_VG, vmin),
+                                          vload_half(g0 + (c0 + 2) / QB_VG, vmin), vload_half(g0 + (c0 + 3) / QB_VG, vmin));
+#endif
+                kvc_accumulate(st, p_l, j, w * vsc);
+            }
+        }
+    }
+}
+
+// The fp16 window: len tokens at ring slots (start + j) % win_tokens of rows wk / wv (this head).
+inline void kvc_window(global const half * wk, global const half * wv, int start, int len, int win_tokens,
+                       local const float4 * q4, local float4 * s4, local float * p_l, kvc_state * st) {
+    const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
+    for (int t0 = 0; t0 < len; t0 += NT) {
+        const int tn = min(NT, len - t0);
+        float s[GB];
+#pragma unroll
+        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
+        if (tid < tn) {
+            global const half * krow = wk + (ulong)((start + t0 + tid) % win_tokens) * QB_HD;
+            for (int c4 = 0; c4 < HD4; ++c4) {
+                const float4 kd = vload_half4(c4, krow);
+#pragma unroll
+                for (int g = 0; g < GB; ++g) s[g] += dot(kd, q4[g * HD4 + c4]);
+            }
+        }
+        kvc_softmax_tile(s, tn, s4, p_l, st);
+        if (slot < TPV)
+            for (int j = slot; j < tn; j += TPV)
+                kvc_accumulate(st, p_l, j, vload_half4(lane, wv + (ulong)((start + t0 + j) % win_tokens) * QB_HD));
+    }
+}
+
+kernel void kvc_adq_split(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
+                          global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
+                          global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
+                          global const int * win, ulong win_off, global float * out, ulong out_off,
+                          global float * lse, ulong lse_off, global float * part, ulong ml_off, int n_kv_heads,
+                          int n_q_heads, int n_slots, int n_win_rows, int win_tokens, int n_splits, int chunk,
+                          float qscale) {
+    local float4 q4[GB * HD4];
+    local float4 s4[NT * GBP / 4];  // scores of the tile, [token][head]
+    local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
+    local float4 o4[TPV * HD4];     // slot accumulators at the end
+    local float lsum_l[TPV];
+    local uint4 blk[BLK_V4];        // the staged head of the current block
+
+    const int tid = get_local_id(0);
+    const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
+    const int group = n_q_heads / n_kv_heads, subs = group / GB;
+    const int kvh = hg / subs, qh0 = kvh * group + (hg % subs) * GB;
+    const int lane = tid % LV, slot = tid / LV;
+
+    indptr += indptr_off;
+    indices += indices_off;
+    pool += pool_off;
+    const int p0 = indptr[b], nb = max(indptr[b + 1] - p0, 0);
+    const int b_begin = min(split * chunk, nb);
+    const int b_end = split == n_splits - 1 ? nb : min(nb, b_begin + chunk);
+
+    const ulong head_row = (ulong)b * n_q_heads + qh0;  // row of query head qh0 in q / out
+    global const float * qg = q + q_off + head_row * QB_HD;
+    for (int i = tid; i < GB * HD4; i += NT) q4[i] = vload4(i, qg) * qscale;
+    // (the first barrier of a block or tile publishes q4)
+
+    kvc_state st;
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+        st.m[g] = -INFINITY;
+        st.l[g] = 0.0f;
+        st.acc[g] = (float4)(0.0f);
+    }
+
+    for (int bi = b_begin; bi < b_end; ++bi) {
+        const int sl = indices[p0 + bi];
+        if (sl < 0 || sl >= n_slots) continue;  // uniform over the work-group
+        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+        const int n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
+        const int n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
+        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
+        barrier(CLK_LOCAL_MEM_FENCE);  // the previous block is no longer read
+        for (int e = tid; e < BLK_V4; e += NT) blk[e] = src[e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        local const uchar * hb = (local const uchar *)blk;
+#if QB_CS
+        const float4 vsc = vload_half4(lane, (local const half *)hb);
+#else
+        const float4 vsc = (float4)(1.0f);
+#endif
+#if QB_HI_BYTES > 0
+        kvc_quant_segment(hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
+                          n_hi, vsc, q4, s4, p_l, &st);
+#endif
+#if QB_LO_BYTES > 0
+        kvc_quant_segment(hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
+                          n_lo, vsc, q4, s4, p_l, &st);
+#endif
+    }
+    if (split == n_splits - 1) {
+        win += win_off + (ulong)b * 3;
+        const int row = win[0], start = win[1], len = clamp(win[2], 0, win_tokens);
+        if (len > 0 && row >= 0 && row < n_win_rows && start >= 0 && start < win_tokens) {
+            const ulong base = ((ulong)row * n_kv_heads + kvh) * win_tokens * QB_HD;
+            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, s4, p_l, &st);
+        }
+    }
+
+    // Sum the slot accumulators of each head and write the result or the split's partials.
+    local float * o_l = (local float *)o4;
+    for (int g = 0; g < GB; ++g) {
+        if (slot < TPV) {
+            vstore4(st.acc[g], 0, o_l + slot * QB_HD + lane * 4);
+            if (lane == 0) lsum_l[slot] = st.l[g];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float l = 0.0f;
+        for (int k = 0; k < TPV; ++k) l += lsum_l[k];
+        for (int d = tid; d < QB_HD; d += NT) {
+            float o = 0.0f;
+            for (int k = 0; k < TPV; ++k) o += o_l[k * QB_HD + d];
+            if (n_splits == 1)
+                out[out_off + (head_row + g) * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
+            else
+                part[((head_row + g) * n_splits + split) * QB_HD + d] = o;
+        }
+        if (tid == 0) {
+            if (n_splits == 1) {
+                lse[lse_off + head_row + g] = l > 0.0f ? (st.m[g] + log2(l)) * KVC_LN2 : -INFINITY;
+            } else {
+                part[ml_off + ((head_row + g) * n_splits + split) * 2] = st.m[g];
+                part[ml_off + ((head_row + g) * n_splits + split) * 2 + 1] = l;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+kernel void kvc_adq_merge(global const float * part, ulong ml_off, global float * out, ulong out_off,
+                          global float * lse, ulong lse_off, int n_q_heads, int n_splits) {
+    const int d = get_global_id(0);
+    if (d >= QB_HD) return;
+    const ulong hr = get_global_id(2) * (ulong)n_q_heads + get_global_id(1);
+    global const float * ml = part + ml_off + hr * n_splits * 2;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) mx = fmax(mx, ml[2 * s]);
+    float l = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < n_splits; ++s) {
+            const float w = exp2(ml[2 * s] - mx);
+            l += w * ml[2 * s + 1];
+            o += w * part[(hr * n_splits + s) * QB_HD + d];
+        }
+    }
+    out[out_off + hr * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
+    if (d == 0) lse[lse_off + hr] = l > 0.0f ? (mx + log2(l)) * KVC_LN2 : -INFINITY;
+}

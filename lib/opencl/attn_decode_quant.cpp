@@ -1,0 +1,113 @@
+// attn_decode_quant: split-KV decode attention over quantized KV blocks plus an fp16 window
+// (cl_kernels/attn_decode_quant.cl).
+//
+// Work decomposition as attn_decode: one work-group per (split, KV head x query sub-group, request),
+// all query heads of a KV head (up to 8 per work-group) together so each block is read once per
+// group. Splits cut a request's block list into equal runs (the window goes to the last split);
+// partials go to the backend's scratch buffer and a merge kernel combines them and writes lse.
+#include <algorithm>
+
+#include "opencl/cl_common.h"
+#include "opencl/qblock_defines.h"
+
+namespace kvcomp::cl {
+
+namespace {
+
+constexpr float kLog2e = 1.44269504088896340736f;  // scores use exp2: exp(x) = exp2(x * log2(e))
+constexpr int kMaxHeadsPerGroup = 8;
+constexpr size_t kTileTokens = 64;           // NT: covers a ZipCache segment (<= 60) or a KIVI block in one tile
+constexpr int64_t kMinTokensPerSplit = 256;  // below this the merge costs more than the parallelism gains
+
+int heads_per_group(const attn_decode_quant_params & p) {
+    const int64_t group = p.n_q_heads / p.q.n_kv_heads;
+    for (int g = kMaxHeadsPerGroup; g > 1; --g)
+        if (group % g == 0) return g;
+    return 1;
+}
+
+// Mirrors the local arrays of kvc_adq_split.
+size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
+    const size_t d = size_t(q.head_dim), tpv = nt / (d / 4), gbp = size_t(gb + 3) / 4 * 4;
+    return sizeof(float) * (size_t(gb) * d + 2 * nt * gbp + tpv * d + tpv) + size_t(q.head_bytes());
+}
+
+}  // namespace
+
+support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    if (op.src[1].offset % 16 != 0)
+        return support::no("pool view must start on a 16-byte boundary (slot arrays are 16-byte aligned)");
+    if (p.q.head_dim / 4 > int64_t(kTileTokens) || size_t(p.q.head_dim / 4) > be.dev().max_work_group_size)
+        return support::no("head_dim " + std::to_string(p.q.head_dim) + " needs more work-items than a work-group has");
+    if (local_bytes_needed(p.q, heads_per_group(p), kTileTokens) > be.dev().local_mem_bytes)
+        return support::no("a block head of " + std::to_string(p.q.head_bytes()) +
+                           " bytes does not fit in local memory with the kernel's other arrays");
+    if (p.q.slot_bytes() > 0x7fffffff || p.max_tokens > 0x7fffffff || p.n_slots > 0x7fffffff ||
+        p.win_tokens > 0x7fffffff)
+        return support::no("slot size, token counts and slots must fit in 32-bit ints");
+    return support::yes();
+}
+
+void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    const qblock_layout & q = p.q;
+    const int gb = heads_per_group(p);
+    const int64_t d = q.head_dim, subs = p.n_q_heads / q.n_kv_heads / gb;
+
+    // NT sizes local arrays (compile-time); fall back to smaller work-groups (>= head_dim / 4) when
+    // the device cannot run the kernel with NT work-items.
+    defines defs;
+    cl_kernel k = nullptr;
+    size_t nt = be.reduction_wg(kTileTokens);
+    for (;; nt /= 2) {
+        defs = defines();
+        add_qblock_defines(defs, q);
+        defs.add("GB", gb).add("NT", nt);
+        k = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_split");
+        if (be.kernel_wg_limit(k) >= nt) break;
+        if (nt / 2 < size_t(d / 4))
+            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_split with at most ",
+                         be.kernel_wg_limit(k), " work-items, fewer than head_dim / 4 = ", d / 4);
+    }
+
+    // Splits: about four resident work-groups per compute unit, at least kMinTokensPerSplit tokens
+    // each, and whole runs of blocks.
+    const int64_t max_blocks = std::max<int64_t>(1, (p.max_tokens + q.block_tokens() - 1) / q.block_tokens());
+    int64_t n_splits = p.n_splits;
+    if (n_splits <= 0) {
+        const int64_t groups = p.batch * q.n_kv_heads * subs;
+        const int64_t target = int64_t(std::max(1, be.info().compute_units)) * 4;
+        const int64_t by_len = std::max<int64_t>(1, (p.max_tokens + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
+        n_splits = std::clamp<int64_t>((target + groups - 1) / groups, 1, std::min<int64_t>({by_len, max_blocks, 1024}));
+    }
+    const int64_t chunk = (max_blocks + n_splits - 1) / n_splits;
+    if (p.n_splits <= 0) n_splits = (max_blocks + chunk - 1) / chunk;  // no empty trailing splits
+
+    const tensor & out = op.dst[0];
+    const tensor & lse = op.dst[1];
+    cl_mem part = mem_of(out);  // unused by the kernel when n_splits == 1
+    cl_ulong ml_off = 0;
+    if (n_splits > 1) {
+        const size_t rows = size_t(p.batch * p.n_q_heads) * size_t(n_splits);
+        ml_off = cl_ulong(rows * size_t(d));
+        part = be.scratch((rows * size_t(d) + rows * 2) * sizeof(float));
+    }
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]), arg(op.src[5]),
+             arg(op.src[6]), arg(out), arg(lse), part, ml_off, to_int(q.n_kv_heads), to_int(p.n_q_heads),
+             to_int(p.n_slots), to_int(p.n_win_rows), to_int(p.win_tokens), cl_int(n_splits), to_int(chunk),
+             cl_float(p.scale * kLog2e));
+    const size_t local[3] = {nt, 1, 1};
+    const size_t global[3] = {nt * size_t(n_splits), size_t(q.n_kv_heads * subs), size_t(p.batch)};
+    be.launch(k, 3, global, local);
+
+    if (n_splits > 1) {
+        cl_kernel mk = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_merge");
+        set_args(mk, part, ml_off, arg(out), arg(lse), to_int(p.n_q_heads), cl_int(n_splits));
+        const size_t mlocal[3] = {size_t(std::min<int64_t>(d, 128)), 1, 1};
+        const size_t mglobal[3] = {size_t(d), size_t(p.n_q_heads), size_t(p.batch)};
+        be.launch(mk, 3, mglobal, mlocal);
+    }
+}
+
+}  // namespace kvcomp::cl
