@@ -114,10 +114,16 @@ std::vector<int64_t> parse_positive_list(const std::string & s, const char * opt
 
 result_rows::result_rows(const std::string & csv_path, const std::string & commit) : commit_(commit) {
     if (csv_path.empty()) return;
-    const bool fresh = !std::ifstream(csv_path).good();
+    std::ifstream existing(csv_path);
+    const bool fresh = !existing.good();
+    std::string first;
+    // Appending to a file of another schema would leave a CSV no tool can read.
+    if (!fresh && std::getline(existing, first))
+        KVCOMP_CHECK_ARG(first == k_results_header, "--csv '", csv_path,
+                         "' has other columns than kvcomp writes (an older schema?); use a new file");
     csv_.open(csv_path, std::ios::app);
     KVCOMP_CHECK_ARG(csv_.good(), "--csv: cannot write '", csv_path, "'");
-    if (fresh) csv_ << k_results_header << '\n';
+    if (fresh || first.empty()) csv_ << k_results_header << '\n';
     csv_.precision(12);  // byte counts and scores exactly, not the stream's default 6 digits
 }
 
