@@ -118,18 +118,20 @@ if prose:
     out.append("")
 if bench_dm:
     out += ["## Speed versus context: default model (kvcomp bench)", "",
-            f"`kvcomp bench` on {provenance(bench_dm)}; random prompt tokens, batch and generated tokens as shown",
-            "(task_opts); TTFT until every request of the batch has its first token, TBT the median gap between",
-            "tokens; KV bytes per request at its last step.", "",
-            "| method | backend | batch | context | TTFT ms | TBT ms | decode tok/s | KV bytes per request |",
-            "|---|---|---|---|---|---|---|---|"]
+            f"`kvcomp bench` on {provenance(bench_dm)}; random prompt tokens, batch and generated tokens (gen)",
+            "as shown; TTFT until every request of the batch has its first token, TBT the median gap between",
+            "tokens; KV bytes per request at its last step. The 2-core machine was shared with other builds during",
+            "these runs, so the times are indicative only (compare methods within one run, not across runs).", "",
+            "| method | backend | batch | context | gen | TTFT ms | TBT ms | decode tok/s | KV bytes per request |",
+            "|---|---|---|---|---|---|---|---|---|"]
     pts = {}
     for r in bench_dm:
         pts.setdefault((method_label(r), r["backend"], int(r["batch"]), int(r["context"])), {})[r["metric"]] = r
     for (m, be, b, ctx), ms in sorted(pts.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
         v = {k: float(r["value"]) for k, r in ms.items()}
         kv = next(iter(ms.values()))["kv_bytes"]
-        out.append(f"| {m} | {be} | {b} | {ctx} | {v['ttft_ms']:.0f} | {v['tbt_ms']:.2f} | "
+        gen = opts(next(iter(ms.values()))["task_opts"]).get("gen", "–")
+        out.append(f"| {m} | {be} | {b} | {ctx} | {gen} | {v['ttft_ms']:.0f} | {v['tbt_ms']:.2f} | "
                    f"{v['decode_tokens_per_s']:.1f} | {float(kv):.0f} |")
     out.append("")
 tbt_plot = plots.tbt_vs_context([r for r in results if r["task"] == "bench"], a.plots)

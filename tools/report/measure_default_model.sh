@@ -3,7 +3,7 @@
 # default-model section): the accuracy sweep (none and the window baseline; line retrieval, the
 # needle over depths, perplexity), the needle on a prose haystack (the format check), and the speed
 # bench per method. Run from the repository root after building; then `python3
-# tools/report/make_results.py`. About 35 minutes on PoCL with 2 CPU cores (examples kept small).
+# tools/report/make_results.py`. About 18 minutes on PoCL with 2 CPU cores (sweep 993 s; examples kept small).
 #   BACKEND (default opencl:0), BIN (default build/bin), OUT (default docs/data)
 set -euo pipefail
 bin=${BIN:-build/bin}

@@ -80,6 +80,11 @@ def needle_by_depth(rows, out_dir):
     if not rs:
         return None
     contexts = sorted({int(r["context"]) for r in rs})
+    names = sorted({f"{method_label(r)} ({opts(r['task_opts']).get('haystack', '')})" for r in rs})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # One colour and marker per series in every panel; later series drawn smaller so that equal
+    # values (e.g. a window as long as the context) stay visible under each other.
+    style = {n: (colors[i % len(colors)], "osD^v"[i % 5], 9 - 1.5 * (i % 4)) for i, n in enumerate(names)}
     fig, axes = plt.subplots(1, len(contexts), figsize=(4.5 * len(contexts), 3.8), squeeze=False, sharey=True)
     for ax, ctx in zip(axes[0], contexts):
         series = defaultdict(dict)
@@ -89,13 +94,14 @@ def needle_by_depth(rows, out_dir):
                 series[f"{method_label(r)} ({hay})"][float(opts(r["task_opts"])["depth"])] = num(r["value"])
         for name, pts in sorted(series.items()):
             xs = sorted(pts)
-            ax.plot(xs, [pts[x] for x in xs], "o-", label=name)
+            col, mk, size = style[name]
+            ax.plot(xs, [pts[x] for x in xs], "-", marker=mk, markersize=size, color=col, label=name)
         ax.set_title(f"needle, {ctx} tokens")
         ax.set_xlabel("depth of the key line (0 = first, 1 = last)")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     axes[0][0].set_ylabel("exact match")
-    axes[0][-1].legend(fontsize=7)
     return _save(fig, out_dir, "needle_by_depth.png")
 
 
