@@ -181,7 +181,15 @@ if ops:
     out += ["", "Other kernels of the same run (the `perf` case list of test_backend_ops) are in `docs/data/bench_ops.csv`.", "",
             img(plots.attention_vs_context(ops, a.plots), "decode attention time versus context"), ""]
 
-e2e = rows("bench_e2e.csv")
+# bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
+_e2e = {}
+for r in results:
+    if r["source"] == "bench_e2e.csv":
+        p = _e2e.setdefault((r["backend"], r["batch"], r["context"], method_label(r)),
+                            {"device": r["device"], "commit": r["commit"], "backend": r["backend"],
+                             "batch": r["batch"], "prompt": r["context"]})
+        p[{"decode_tokens_per_s": "decode_tok_s"}.get(r["metric"], r["metric"])] = r["value"]
+e2e = list(_e2e.values())
 hf_path = os.path.join(d, "hf_speed.json")
 hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
 if e2e:
