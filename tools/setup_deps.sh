@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs kvcomp's build and test dependencies from Debian 12 packages. Idempotent and quiet:
+# Installs kvcomp's build and test dependencies from Debian 12 packages (and python3-matplotlib for
+# the results report, tools/report/make_results.py). Idempotent and quiet:
 # does nothing when everything is already installed. Needs root (or sudo).
 # CUDA is not installed here: the toolkit is expected at /usr/local/cuda (optional).
 set -euo pipefail
@@ -8,6 +9,7 @@ packages=(
   build-essential cmake git pkg-config
   ocl-icd-opencl-dev opencl-headers clinfo pocl-opencl-icd libclblast-dev
   libeigen3-dev libboost-program-options-dev libgtest-dev nlohmann-json3-dev
+  python3-matplotlib
 )
 
 missing=()

@@ -3,12 +3,9 @@
 // device's copy bandwidth measured in the same run (the floor of a decode step is the bytes of
 // the weights plus the KV cache over that bandwidth).
 #include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -58,7 +55,7 @@ int run_bench(int argc, char ** argv) {
         "gen", po::value<long>()->default_value(32), "tokens generated per request")(
         "max-kv-gib", po::value<double>()->default_value(40.0), "skip grid points whose KV cache would exceed this")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
-        "csv", po::value<std::string>(), "append rows to this CSV file")(
+        "csv", po::value<std::string>(), "append rows to this CSV (the schema of kvcomp eval, task \"bench\")")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
         "json", "print the results as one JSON object instead of a table");
     po::variables_map vm;
@@ -114,18 +111,9 @@ int run_bench(int argc, char ** argv) {
                     double(weight_bytes) / double(1ull << 30), copy_gbps);
         if (!json) std::printf("%6s %8s %10s %10s %12s %12s %12s %8s\n", "batch", "prompt", "TTFT_ms", "TBT_ms", "decode_tok/s",
                     "KV_MiB", "floor_ms", "TBT/floor");
-        std::ofstream csv;
-        if (vm.count("csv")) {
-            const std::string path = vm["csv"].as<std::string>();
-            const bool fresh = !std::ifstream(path).good();
-            csv.open(path, std::ios::app);
-            csv.precision(12);
-            KVCOMP_CHECK_ARG(csv.good(), "--csv: cannot write '", path, "'");
-            if (fresh)
-                csv << "date,commit,device,backend,method,weights,batch,prompt,gen,ttft_ms,tbt_ms,decode_tok_s,kv_bytes,"
-                       "weight_bytes,copy_gbps,floor_ms,tbt_over_floor\n";
-        }
-        std::mt19937 rng(7);
+        result_rows rows(vm.count("csv") ? vm["csv"].as<std::string>() : "", vm["commit"].as<std::string>());
+        const uint64_t prompt_seed = 7;  // random prompt tokens; speed does not depend on them
+        std::mt19937 rng(prompt_seed);
         progress_bar bar(long(grid.size()));
         long done_points = 0;
         for (const point & pt : grid) {
@@ -164,15 +152,25 @@ int run_bench(int argc, char ** argv) {
                 std::printf("%6ld %8ld %10.1f %10.3f %12.1f %12.1f %12.3f %8.2f\n", pt.batch, pt.prompt, ttft, tbt,
                             double(pt.batch) / tbt * 1e3, kv_bytes / 1048576.0, floor_ms, tbt / floor_ms);
             std::fflush(stdout);
-            if (csv.is_open()) {
-                char date[32];
-                const std::time_t now = std::time(nullptr);
-                std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-                csv << date << ',' << vm["commit"].as<std::string>() << ",\"" << be.info().device_name << "\","
-                    << be.name() << ',' << cfg.method << ',' << dtype_name(cfg.matrix_type) << ',' << pt.batch << ','
-                    << pt.prompt << ',' << gen << ',' << ttft << ',' << tbt << ',' << double(pt.batch) / tbt * 1e3 << ','
-                    << uint64_t(kv_bytes) << ',' << weight_bytes << ',' << copy_gbps << ',' << floor_ms << ','
-                    << tbt / floor_ms << '\n';
+            // One row per metric. kv_bytes is per request at its last decode step, as eval counts it;
+            // the "none" columns are filled only when the method is none (bench runs one method).
+            result_row row = rows.start(eng, cfg, "bench", pt.prompt);
+            row.batch = pt.batch, row.examples = pt.batch, row.seed = prompt_seed;
+            row.task_opts = concat("gen=", gen, ";weights=", dtype_name(cfg.matrix_type),
+                                   cfg.random_weights ? ";random_weights" : "");
+            row.kv_bytes = double(eng.kv_bytes_for_tokens(pt.prompt + gen - 1));
+            row.kv_bytes_baseline = cfg.method == "none" ? row.kv_bytes : std::nan("");
+            row.baseline_value = std::nan("");
+            const std::pair<const char *, double> metrics[] = {
+                {"ttft_ms", ttft},           {"tbt_ms", tbt},
+                {"decode_tokens_per_s", double(pt.batch) / tbt * 1e3},
+                {"kv_bytes_batch", kv_bytes}, {"floor_ms", floor_ms},
+                {"tbt_over_floor", tbt / floor_ms},
+                {"copy_gbps", copy_gbps},     {"weight_bytes", double(weight_bytes)}};
+            for (const auto & [metric, value] : metrics) {
+                row.metric = metric, row.value = value;
+                if (cfg.method == "none") row.baseline_value = value;
+                rows.append_csv(row);
             }
         }
         if (json)

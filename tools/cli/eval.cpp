@@ -1,24 +1,23 @@
 // kvcomp eval: a task's score with a KV method next to the uncompressed score of the same run,
 // with the KV bytes the method actually allocates and the resulting compression ratio.
 //
-// Tasks: line_retrieval (exact match of the greedy answer, LongEval style, host/eval),
+// Tasks: line_retrieval (exact match of the greedy answer, LongEval style, host/eval), needle
+// (the same question about one key line hidden at --depths of a filler text, host/eval/needle.h),
 // greedy_agreement (how many of N greedy tokens match the uncompressed run before the first
 // difference, on windows of a text file) and perplexity (per token over the second half of each
-// window, fed by teacher forcing through the method's decode path). Each (task, context) gives one row; rows go to stdout,
+// window, fed by teacher forcing through the method's decode path). Each (task, context[, depth]) gives one row; rows go to stdout,
 // and with --csv to a file in the schema of docs/data (see tools/cli/results_csv.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/progress.h"
 #include "cli/eval_tasks.h"
 #include "cli/results_csv.h"
-#include "host/eval/line_retrieval.h"
+#include "host/eval/needle.h"
 #include "host/model/tokenizer_factory.h"
 
 namespace kvcomp::cli {
@@ -27,12 +26,16 @@ int run_eval(int argc, char ** argv) {
     po::options_description desc("options");
     add_engine_options(desc);
     desc.add_options()("task,t", po::value<std::string>()->default_value("line_retrieval"),
-                       "line_retrieval, greedy_agreement or perplexity (per token, on the text file)")(
+                       "line_retrieval, needle, greedy_agreement or perplexity (per token, on the text file)")(
         "contexts", po::value<std::string>()->default_value("1024"), "comma-separated context lengths (tokens)")(
         "examples", po::value<long>()->default_value(50), "examples per context")(
         "gen", po::value<long>()->default_value(32), "greedy_agreement: tokens generated per example")(
+        "depths", po::value<std::string>()->default_value("0,0.25,0.5,0.75,1"),
+        "needle: comma-separated depths of the key line in [0, 1] (one row each)")(
+        "haystack", po::value<std::string>()->default_value("keys"),
+        "needle: keys (distractor records) or text (lines of the text file)")(
         "text-file", po::value<std::string>(),
-        "greedy_agreement / perplexity: text to cut windows from (default: MODEL/heldout.txt)")(
+        "greedy_agreement / perplexity: text to cut windows from; needle --haystack text: the haystack\n(default: MODEL/heldout.txt)")(
         "seed", po::value<unsigned long>()->default_value(1), "task data seed")(
         "csv", po::value<std::string>(), "append one row per context to this CSV")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
@@ -50,6 +53,7 @@ int run_eval(int argc, char ** argv) {
         const std::string task = vm["task"].as<std::string>();
         check_task(task);
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
+        const auto depths = host::parse_depths(vm["depths"].as<std::string>(), "--depths");
         const long n = vm["examples"].as<long>(), gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(n > 0 && gen > 0, "--examples and --gen must be positive");
         const auto tok = host::load_tokenizer(cfg.model_dir);
@@ -67,16 +71,18 @@ int run_eval(int argc, char ** argv) {
         if (cfg.method != "none") base = std::make_unique<engine::engine>(base_cfg);
 
         result_rows rows(vm.count("csv") ? vm["csv"].as<std::string>() : "", vm["commit"].as<std::string>());
-        progress_bar bar(long(contexts.size()));
+        eval_point proto;
+        proto.task = task, proto.examples = n, proto.gen = gen, proto.seed = vm["seed"].as<unsigned long>();
+        proto.text_file = text_file, proto.haystack = vm["haystack"].as<std::string>();
+        const auto points = task_points(proto, contexts, depths);
+        progress_bar bar(long(points.size()));
         long done = 0;
-        for (int64_t ctx : contexts) {
-            bar.update(done++, concat(task, " @ ", ctx));
-            result_row row = rows.start(eng, cfg, task, ctx);
-            row.examples = n;
-            row.seed = vm["seed"].as<unsigned long>();
-            eval_point pt;
-            pt.task = task, pt.context = ctx, pt.examples = n, pt.gen = gen, pt.seed = row.seed, pt.text_file = text_file;
+        for (const eval_point & pt : points) {
+            bar.update(done++, concat(task, " @ ", pt.context, task == "needle" ? concat(" depth ", pt.depth) : ""));
+            result_row row = rows.start(eng, cfg, task, pt.context);
+            row.examples = n, row.seed = pt.seed;
             score_point(pt, eng, base.get(), *tok, row);
+            bar.done();
             rows.finish(row, vm.count("json") > 0);
         }
         bar.done();

@@ -3,10 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
 #include "host/eval/line_retrieval.h"
+#include "host/eval/needle.h"
+#include "host/eval/task_text.h"
 
 namespace kvcomp::cli {
 
@@ -38,15 +39,28 @@ method_run run_prompts(engine::engine & eng, const std::vector<std::vector<int32
     return m;
 }
 
+// Exact match of the greedy answer (as many tokens as the answer has) for each prompt.
+void score_exact_match(engine::engine & eng, engine::engine * base, const host::tokenizer & tok,
+                       const std::vector<std::vector<int32_t>> & prompts, const std::vector<std::string> & answers,
+                       result_row & row) {
+    int64_t ans_len = 0;
+    for (const auto & a : answers) ans_len = std::max<int64_t>(ans_len, int64_t(tok.encode(a).size()));
+    auto score = [&](engine::engine & e, method_run & m) {
+        m = run_prompts(e, prompts, ans_len);
+        long hits = 0;
+        for (size_t i = 0; i < answers.size(); ++i) hits += tok.decode(m.outputs[i], true).rfind(answers[i], 0) == 0;
+        m.score = double(hits) / double(answers.size());
+    };
+    method_run mine, ref;
+    score(eng, mine);
+    if (base) score(*base, ref); else ref = mine;
+    row.metric = "exact_match", row.value = mine.score, row.baseline_value = ref.score;
+    row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
+}
+
 std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, const std::string & path, int64_t context,
                                                int64_t count) {
-    std::ifstream f(path, std::ios::binary);
-    KVCOMP_CHECK_ARG(f.good(), "cannot read text file '", path, "'");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    const std::string text = ss.str();
-    KVCOMP_CHECK_ARG(!text.empty(), "text file '", path, "' is empty");
-    KVCOMP_CHECK_ARG(host::utf8_is_valid(text), "text file '", path, "' is not valid UTF-8");
+    const std::string text = host::read_task_text(path);
     const auto ids = tok.encode(text);
     KVCOMP_CHECK_ARG(int64_t(ids.size()) >= context, "text file '", path, "' has ", ids.size(),
                      " tokens, fewer than the context ", context);
@@ -65,30 +79,53 @@ std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, cons
 }  // namespace
 
 void check_task(const std::string & task) {
-    KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "greedy_agreement" || task == "perplexity",
-                     "unknown task '", task, "'; valid tasks: line_retrieval, greedy_agreement, perplexity");
+    KVCOMP_CHECK_ARG(task == "line_retrieval" || task == "needle" || task == "greedy_agreement" || task == "perplexity",
+                     "unknown task '", task, "'; valid tasks: line_retrieval, needle, greedy_agreement, perplexity");
+}
+
+std::vector<eval_point> task_points(const eval_point & proto, const std::vector<int64_t> & contexts,
+                                    const std::vector<double> & depths) {
+    KVCOMP_CHECK_ARG(proto.haystack == "keys" || proto.haystack == "text", "--haystack: unknown haystack '",
+                     proto.haystack, "'; valid: keys, text");
+    std::vector<eval_point> out;
+    for (int64_t ctx : contexts) {
+        eval_point p = proto;
+        p.context = ctx;
+        if (p.task != "needle") {
+            out.push_back(p);
+            continue;
+        }
+        for (double d : depths) p.depth = d, out.push_back(p);
+    }
+    return out;
+}
+
+std::string task_opts(const eval_point & p) {
+    const std::string text = p.text_file.substr(p.text_file.find_last_of('/') + 1);
+    std::ostringstream os;
+    if (p.task == "needle") os << "depth=" << p.depth << ";haystack=" << p.haystack << (p.haystack == "text" ? ";text=" + text : "");
+    else if (p.task == "greedy_agreement") os << "gen=" << p.gen << ";text=" << text;
+    else if (p.task == "perplexity") os << "text=" << text;
+    return os.str();
 }
 
 void score_point(const eval_point & p, engine::engine & eng, engine::engine * base, const host::tokenizer & tok,
                  result_row & row) {
     check_task(p.task);
     const std::string & task = p.task;
-    if (task == "line_retrieval") {
-        const auto ex = host::make_line_retrieval(tok, p.context, p.examples, p.seed);
+    row.task_opts = task_opts(p);
+    if (task == "line_retrieval" || task == "needle") {
         std::vector<std::vector<int32_t>> prompts;
-        for (const auto & e : ex) prompts.push_back(e.prompt);
-        const int64_t ans_len = int64_t(tok.encode(ex[0].answer).size());
-        auto score = [&](engine::engine & e, method_run & m) {
-            m = run_prompts(e, prompts, ans_len);
-            long hits = 0;
-            for (size_t i = 0; i < ex.size(); ++i) hits += tok.decode(m.outputs[i], true) == ex[i].answer;
-            m.score = double(hits) / double(ex.size());
-        };
-        method_run mine, ref;
-        score(eng, mine);
-        if (base) score(*base, ref); else ref = mine;
-        row.metric = "exact_match", row.value = mine.score, row.baseline_value = ref.score;
-        row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
+        std::vector<std::string> answers;
+        if (task == "line_retrieval") {
+            for (auto & e : host::make_line_retrieval(tok, p.context, p.examples, p.seed))
+                prompts.push_back(std::move(e.prompt)), answers.push_back(e.answer);
+        } else {
+            const std::string filler = p.haystack == "text" ? host::read_task_text(p.text_file) : std::string();
+            for (auto & e : host::make_needle(tok, filler, p.context, p.depth, p.examples, p.seed))
+                prompts.push_back(std::move(e.prompt)), answers.push_back(e.answer);
+        }
+        score_exact_match(eng, base, tok, prompts, answers, row);
     } else if (task == "perplexity") {
         // First half of each window is the prompt; the second half is fed token by token
         // (teacher forcing), so every scored token reads the method's cache.

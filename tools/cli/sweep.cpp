@@ -1,10 +1,13 @@
-// kvcomp sweep: a grid of methods x settings x tasks x contexts, one CSV row per point (the schema
-// of kvcomp eval). Re-running with the same --csv resumes: points already in the file are skipped.
+// kvcomp sweep: a grid of methods x settings x tasks x contexts (x needle depths), one CSV row per
+// point (the schema of kvcomp eval). Re-running with the same --csv resumes: points already in the file are skipped.
 // A bad setting (unknown method, invalid option) or a failing point is reported and the rest of the
-// grid still runs; the exit code is then 1.
+// grid still runs; the exit code is then 1. When "none" is in the grid, its rows of this run serve
+// as the "none" columns of the other methods' rows of the same point (same examples, same backend;
+// the tasks are deterministic), so the uncompressed cache is not run again for every method
+// (greedy_agreement excepted: it compares tokens, not scores).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -13,6 +16,7 @@
 #include "cli/eval_tasks.h"
 #include "cli/progress.h"
 #include "cli/results_csv.h"
+#include "host/eval/needle.h"
 #include "host/model/tokenizer_factory.h"
 
 namespace kvcomp::cli {
@@ -65,7 +69,11 @@ int run_sweep(int argc, char ** argv) {
         "contexts", po::value<std::string>()->default_value("512,1024"), "comma-separated context lengths")(
         "examples", po::value<long>()->default_value(50), "examples per point")(
         "gen", po::value<long>()->default_value(32), "greedy_agreement: tokens per example")(
-        "text-file", po::value<std::string>(), "text for greedy_agreement / perplexity (default MODEL/heldout.txt)")(
+        "depths", po::value<std::string>()->default_value("0,0.25,0.5,0.75,1"), "needle: depths of the key line in [0, 1]")(
+        "haystack", po::value<std::string>()->default_value("keys"),
+        "needle: keys (distractor records) or text (lines of the text file)")(
+        "text-file", po::value<std::string>(),
+        "text for greedy_agreement / perplexity and needle --haystack text (default MODEL/heldout.txt)")(
         "seed", po::value<unsigned long>()->default_value(1), "task data seed")(
         "csv", po::value<std::string>(), "the CSV to append to and resume from (required)")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV");
@@ -92,9 +100,10 @@ int run_sweep(int argc, char ** argv) {
         const auto tasks = split_list(vm["tasks"].as<std::string>());
         for (const auto & t : tasks) check_task(t);
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
+        const auto depths = host::parse_depths(vm["depths"].as<std::string>(), "--depths");
         eval_point proto;
         proto.examples = vm["examples"].as<long>(), proto.gen = vm["gen"].as<long>();
-        proto.seed = vm["seed"].as<unsigned long>();
+        proto.seed = vm["seed"].as<unsigned long>(), proto.haystack = vm["haystack"].as<std::string>();
         KVCOMP_CHECK_ARG(proto.examples > 0 && proto.gen > 0, "--examples and --gen must be positive");
         proto.text_file = vm.count("text-file") ? vm["text-file"].as<std::string>() : cfg.model_dir + "/heldout.txt";
         cfg.max_context = std::max<int64_t>(cfg.max_context, *std::max_element(contexts.begin(), contexts.end()) +
@@ -105,8 +114,15 @@ int run_sweep(int argc, char ** argv) {
         const std::set<std::string> finished = finished_row_keys(csv);
         result_rows rows(csv, vm["commit"].as<std::string>());
 
+        std::vector<eval_point> points;
+        for (const auto & task : tasks) {
+            eval_point p = proto;
+            p.task = task;
+            for (const auto & tp : task_points(p, contexts, depths)) points.push_back(tp);
+        }
         std::unique_ptr<engine::engine> base;  // "none", shared by every method's points
-        const long total = long(methods.size() * tasks.size() * contexts.size());
+        std::map<std::string, result_row> none_rows;  // by point_key: "none"'s rows of this run
+        const long total = long(methods.size() * points.size());
         progress_bar bar(total);
         long done = 0, written = 0, skipped = 0, failed = 0;
         for (const auto & m : methods) {
@@ -123,34 +139,43 @@ int run_sweep(int argc, char ** argv) {
             } catch (const std::exception & e) {
                 bar.done();
                 std::fprintf(stderr, "kvcomp sweep: method '%s': %s; skipping its %zu points\n", m.text.c_str(),
-                             e.what(), tasks.size() * contexts.size());
-                failed += long(tasks.size() * contexts.size());
-                done += long(tasks.size() * contexts.size());
+                             e.what(), points.size());
+                failed += long(points.size());
+                done += long(points.size());
                 continue;
             }
-            for (const auto & task : tasks)
-                for (int64_t ctx : contexts) {
-                    bar.update(done++, concat(m.text, " ", task, " @ ", ctx));
-                    result_row row = rows.start(*eng, mc, task, ctx);
-                    row.examples = proto.examples, row.seed = proto.seed;
-                    if (finished.count(row_key(row))) {
-                        ++skipped;
-                        continue;
-                    }
-                    eval_point pt = proto;
-                    pt.task = task, pt.context = ctx;
-                    try {
-                        score_point(pt, *eng, m.name == "none" ? nullptr : base.get(), *tok, row);
-                        bar.done();
-                        rows.finish(row, false);
-                        ++written;
-                    } catch (const std::exception & e) {
-                        bar.done();
-                        std::fprintf(stderr, "kvcomp sweep: %s %s @ %lld: %s\n", m.text.c_str(), task.c_str(),
-                                     (long long)ctx, e.what());
-                        ++failed;
-                    }
+            for (const eval_point & pt : points) {
+                const std::string where = concat(m.text, " ", pt.task, pt.task == "needle" ? concat(" depth ", pt.depth) : "",
+                                                 " @ ", pt.context);
+                bar.update(done++, where);
+                result_row row = rows.start(*eng, mc, pt.task, pt.context);
+                row.examples = proto.examples, row.seed = proto.seed, row.task_opts = task_opts(pt);
+                if (finished.count(row_key(row))) {
+                    ++skipped;
+                    continue;
                 }
+                const std::string point = concat(pt.task, '|', row.task_opts, '|', pt.context, '|', pt.examples, '|', pt.seed);
+                const auto known = pt.task == "greedy_agreement" ? none_rows.end() : none_rows.find(point);
+                try {
+                    if (m.name == "none") {
+                        score_point(pt, *eng, nullptr, *tok, row);
+                        none_rows[point] = row;
+                    } else if (known != none_rows.end()) {
+                        score_point(pt, *eng, nullptr, *tok, row);  // the method alone ...
+                        row.baseline_value = known->second.value;    // ... next to none's row of this run
+                        row.kv_bytes_baseline = known->second.kv_bytes;
+                    } else {
+                        score_point(pt, *eng, base.get(), *tok, row);
+                    }
+                    bar.done();
+                    rows.finish(row, false);
+                    ++written;
+                } catch (const std::exception & e) {
+                    bar.done();
+                    std::fprintf(stderr, "kvcomp sweep: %s: %s\n", where.c_str(), e.what());
+                    ++failed;
+                }
+            }
         }
         bar.done();
         std::fprintf(stderr, "kvcomp sweep: %ld rows written, %ld already in %s (resumed), %ld failed\n", written,
