@@ -109,7 +109,11 @@ struct engine::impl {
     void track_peak() {
         uint64_t bytes = 0;
         for (auto & kv : requests)
-            if (kv.second.seq >= 0) bytes += method->bytes_for_tokens(table->length(kv.second.seq));
+            if (kv.second.seq >= 0) {
+                const uint64_t held = method->bytes_held(kv.second.seq, table->length(kv.second.seq));
+                kv.second.res.kv_bytes_peak = std::max(kv.second.res.kv_bytes_peak, held);
+                bytes += held;
+            }
         stats.kv_bytes_peak = std::max(stats.kv_bytes_peak, bytes);
     }
 

@@ -57,6 +57,7 @@ struct generation_result {
     double ttft_ms = 0.0;              // from run() start to the first token
     std::vector<double> tbt_ms;        // time between consecutive tokens
     std::vector<double> token_logprobs;  // natural-log probability of each forced token
+    uint64_t kv_bytes_peak = 0;        // most KV-cache bytes the request held (kv_method::bytes_held)
 };
 
 struct engine_stats {

@@ -8,6 +8,8 @@ namespace kvcomp::engine {
 
 std::unique_ptr<kv_method> make_kv_method_none(const method_options & options);
 std::unique_ptr<kv_method> make_kv_method_window(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_kivi(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & options);
 
 namespace {
 
@@ -17,6 +19,8 @@ const std::vector<std::pair<std::string, factory>> & methods() {
     static const std::vector<std::pair<std::string, factory>> m = {
         {"none", &make_kv_method_none},
         {"window", &make_kv_method_window},
+        {"kivi", &make_kv_method_kivi},
+        {"zipcache", &make_kv_method_zipcache},
     };
     return m;
 }

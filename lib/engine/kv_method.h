@@ -73,6 +73,11 @@ public:
     virtual void attend(backend & be, int64_t layer, const kv_step & step, const tensor & q, const tensor & k,
                         const tensor & v, const tensor & out, float scale) = 0;
 
+    // Bytes request `seq` holds now, with `tokens` cached tokens (what its pages, blocks and
+    // windows take in every layer). Methods whose footprint depends on more than the token count
+    // (e.g. how many tokens were prefilled) override it.
+    virtual uint64_t bytes_held(int64_t /*seq*/, int64_t tokens) const { return bytes_for_tokens(tokens); }
+
     // Called once per step after every layer ran (streaming recompression and the like).
     virtual void maintain(backend & be, const kv_step & step) {}
 

@@ -158,7 +158,7 @@ int run_bench(int argc, char ** argv) {
             row.batch = pt.batch, row.examples = pt.batch, row.seed = prompt_seed;
             row.task_opts = concat("gen=", gen, ";weights=", dtype_name(cfg.matrix_type),
                                    cfg.random_weights ? ";random_weights" : "");
-            row.kv_bytes = double(eng.kv_bytes_for_tokens(pt.prompt + gen - 1));
+            row.kv_bytes = double(eng.result(ids.back()).kv_bytes_peak);
             row.kv_bytes_baseline = cfg.method == "none" ? row.kv_bytes : std::nan("");
             row.baseline_value = std::nan("");
             const std::pair<const char *, double> metrics[] = {

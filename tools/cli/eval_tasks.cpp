@@ -33,7 +33,7 @@ method_run run_prompts(engine::engine & eng, const std::vector<std::vector<int32
         const auto & res = eng.result(ids[i]);
         KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
         m.outputs.push_back(res.tokens);
-        m.kv_bytes += double(eng.kv_bytes_for_tokens(int64_t(prompts[i].size() + res.tokens.size()) - 1));
+        m.kv_bytes += double(res.kv_bytes_peak);  // what the method held for it at most
     }
     m.kv_bytes /= double(ids.size());
     return m;
@@ -146,7 +146,7 @@ void score_point(const eval_point & p, engine::engine & eng, engine::engine * ba
                 const auto & res = e.result(ids[i]);
                 KVCOMP_CHECK_ARG(res.finish_reason != "error", "a request failed: ", res.error);
                 for (double lp : res.token_logprobs) nll -= lp, count += 1;
-                kv += double(e.kv_bytes_for_tokens(int64_t(windows[i].size()) - 1));
+                kv += double(res.kv_bytes_peak);
             }
             kv /= double(ids.size());
             return std::exp(nll / count);

@@ -1,0 +1,65 @@
+// Salient-token selection: see saliency.h.
+#include "host/quant/saliency.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace kvcomp::host::quant {
+
+std::vector<int32_t> prompt_probes(int64_t len, double recent_frac, double random_frac, uint64_t seed) {
+    if (len <= 0) return {};
+    const int64_t n_recent =
+        std::min<int64_t>(len, std::max<int64_t>(1, len - int64_t(std::floor((1.0 - recent_frac) * double(len)))));
+    const int64_t older = len - n_recent;
+    const int64_t n_random = std::min<int64_t>(older, int64_t(std::floor(random_frac * double(len))));
+    std::vector<int32_t> probes;
+    // Distinct random picks from [0, older): a seeded partial Fisher-Yates shuffle.
+    std::vector<int32_t> pool(static_cast<size_t>(older));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::mt19937_64 rng(seed);
+    for (int64_t i = 0; i < n_random; ++i) {
+        const int64_t j = i + int64_t(rng() % uint64_t(older - i));
+        std::swap(pool[size_t(i)], pool[size_t(j)]);
+        probes.push_back(pool[size_t(i)]);
+    }
+    for (int64_t t = older; t < len; ++t) probes.push_back(int32_t(t));
+    std::sort(probes.begin(), probes.end());
+    return probes;
+}
+
+std::vector<double> normalized_scores(const float * sums, const std::vector<int32_t> & key_pos,
+                                      const std::vector<int32_t> & probe_pos, nnz_mode mode, int32_t last_pos) {
+    std::vector<int32_t> sorted = probe_pos;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<double> out(key_pos.size());
+    for (size_t i = 0; i < key_pos.size(); ++i) {
+        // Structural count: probes that may attend to this key (never values that happen to be 0).
+        const int64_t count = mode == nnz_mode::probe
+                                  ? int64_t(sorted.end() - std::lower_bound(sorted.begin(), sorted.end(), key_pos[i]))
+                                  : int64_t(last_pos) - key_pos[i] + 1;
+        out[i] = count > 0 ? double(sums[i]) / double(count) : 0.0;
+    }
+    return out;
+}
+
+int64_t regular_count(int64_t n, double ratio) {
+    // The small epsilon keeps e.g. (1 - 0.6) * 100 = 39.999... from flooring to 39.
+    return std::min<int64_t>(n, std::max<int64_t>(0, int64_t(std::floor((1.0 - ratio) * double(n) + 1e-9))));
+}
+
+std::vector<int32_t> split_by_saliency(const std::vector<double> & scores, double ratio) {
+    const int64_t n = int64_t(scores.size());
+    const int64_t n_hi = n - regular_count(n, ratio);
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
+    std::vector<int32_t> hi(order.begin(), order.begin() + n_hi), lo(order.begin() + n_hi, order.end());
+    std::sort(hi.begin(), hi.end());
+    std::sort(lo.begin(), lo.end());
+    hi.insert(hi.end(), lo.begin(), lo.end());
+    return hi;
+}
+
+}  // namespace kvcomp::host::quant

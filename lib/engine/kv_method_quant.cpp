@@ -1,0 +1,428 @@
+// Quantized-block KV methods: see kv_method_quant.h.
+#include "engine/kv_method_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/prompt_attention.h"
+#include "host/paged/page_pool.h"
+
+namespace kvcomp::engine {
+
+namespace {
+
+namespace hq = host::quant;
+
+// One request's cache: its block slots (same numbers in every layer) and its fp16 window.
+struct request_state {
+    std::vector<int32_t> slots;
+    int32_t row = -1;         // window row, -1 until the first window token
+    int32_t win_len = 0;      // tokens in the window
+    int32_t win_start = 0;    // position of the window's first token
+    std::mt19937_64 rng;      // decode probe draws
+    std::vector<int32_t> probe_pos;  // positions of this window's probe steps (decode)
+    bool probe_now = false;          // the current decode step is a probe
+};
+
+class quant_method : public kv_method {
+  public:
+    explicit quant_method(const quant_method_config & c) : c_(c) {}
+
+    std::string name() const override { return c_.name; }
+
+    void allocate(backend & be, const kv_shape & shape) override {
+        KVCOMP_CHECK_ARG(shape.n_pages > 0 && shape.page_size > 0 && shape.max_requests > 0,
+                         "method ", c_.name, ": bad cache shape");
+        shape_ = shape;
+        q_.n_kv_heads = shape.n_kv_heads, q_.head_dim = shape.head_dim;
+        q_.lo_tokens = int32_t(hq::regular_count(c_.block, c_.ratio));
+        q_.hi_tokens = c_.block - q_.lo_tokens;
+        q_.hi_bits = c_.hi_bits, q_.lo_bits = c_.lo_bits;
+        q_.v_group = c_.v_group > 0 ? c_.v_group : int32_t(shape.head_dim);
+        q_.channel_scale = c_.channel_scale;
+        KVCOMP_CHECK_ARG(shape.head_dim % 16 == 0 && shape.head_dim % q_.v_group == 0, "method ", c_.name,
+                         ": head_dim ", shape.head_dim, " must be a multiple of 16 and of the value group ",
+                         q_.v_group);
+        // Every cached token fits in the engine's pages; blocks hold `block` tokens, plus one
+        // partial block per request (prompt tail) and the rounding of the hi/lo split.
+        const int64_t tokens = shape.n_pages * shape.page_size;
+        n_slots_ = (tokens + c_.block - 1) / c_.block + 2 * shape.max_requests;
+        const size_t pool = size_t(n_slots_ * q_.slot_bytes());
+        const size_t win = size_t(shape.max_requests * row_elems()) * 2;
+        for (int64_t l = 0; l < shape.n_layers; ++l) {
+            pool_.push_back(be.alloc(pool));
+            wk_.push_back(be.alloc(win));
+            wv_.push_back(be.alloc(win));
+        }
+        slots_ = std::make_unique<host::page_pool>(int32_t(n_slots_));
+        rows_ = std::make_unique<host::page_pool>(int32_t(shape.max_requests));
+        bytes_ = (uint64_t(pool) + 2 * uint64_t(win)) * uint64_t(shape.n_layers);
+        probe_cap_ = c_.saliency ? c_.decode_probe_recent + int32_t(std::ceil(c_.decode_probe_p * c_.window * 3)) + 4 : 0;
+        if (probe_cap_ > 0)
+            for (int64_t l = 0; l < shape.n_layers; ++l) {
+                probe_q_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * q_row()) * 4));
+                probe_lse_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * shape.n_q_heads) * 4));
+            }
+    }
+
+    uint64_t bytes_allocated() const override { return bytes_; }
+
+    uint64_t bytes_for_tokens(int64_t t) const override {
+        t = std::max<int64_t>(t, 0);
+        const int64_t windowed = c_.quantize_whole_prompt ? 0 : t % c_.window;
+        return uint64_t(blocks_for(t - windowed)) * slot_layers() + (windowed > 0 ? row_layers() : 0);
+    }
+
+    uint64_t bytes_held(int64_t seq, int64_t tokens) const override {
+        auto it = reqs_.find(seq);
+        if (it == reqs_.end()) return bytes_for_tokens(tokens);
+        return uint64_t(it->second.slots.size()) * slot_layers() + (it->second.row >= 0 ? row_layers() : 0);
+    }
+
+    int64_t pages_in_use() const override { return slots_ ? slots_->used_pages() + rows_->used_pages() : 0; }
+
+    void release(int64_t seq) override {
+        auto it = reqs_.find(seq);
+        if (it == reqs_.end()) return;
+        slots_->release(it->second.slots);
+        if (it->second.row >= 0) rows_->release({it->second.row});
+        reqs_.erase(it);
+    }
+
+    void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k, const tensor & v,
+                const tensor & out, float scale) override {
+        KVCOMP_CHECK_ARG(slots_, "method ", c_.name, ": attend before allocate");
+        if (s.prefill) {
+            attend_prompt(be, scratch_, shape_, s, q, k, v, out, scale);
+            if (layer == 0) plan_prefill(be, s);
+            store_prefill(be, layer, s, q, k, v, scale);
+        } else {
+            if (layer == 0) plan_decode(be, s);
+            decode(be, layer, s, q, k, v, out, scale);
+        }
+    }
+
+    void maintain(backend & be, const kv_step & s) override {
+        if (s.prefill) return;
+        for (int32_t seq : s.seq_ids) {
+            request_state & r = reqs_.at(seq);
+            if (r.win_len < c_.window) continue;
+            flush_window(be, r);
+        }
+    }
+
+  private:
+    // --- sizes -----------------------------------------------------------------------------
+    int64_t q_row() const { return shape_.n_q_heads * shape_.head_dim; }
+    int64_t row_elems() const { return shape_.n_kv_heads * c_.window * shape_.head_dim; }
+    uint64_t slot_layers() const { return uint64_t(q_.slot_bytes()) * uint64_t(shape_.n_layers); }
+    uint64_t row_layers() const { return uint64_t(row_elems()) * 2 * 2 * uint64_t(shape_.n_layers); }
+    // Blocks for n quantized tokens of one prompt: the hi and lo segments fill in parallel.
+    int64_t blocks_for(int64_t n) const {
+        if (n <= 0) return 0;
+        const int64_t lo = hq::regular_count(n, c_.ratio), hi = n - lo;
+        const auto cdiv = [](int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; };
+        return std::max(cdiv(hi, q_.hi_tokens), cdiv(lo, q_.lo_tokens));
+    }
+
+    // --- device views ----------------------------------------------------------------------
+    tensor window_pool(std::vector<buffer_ptr> & pools, int64_t layer) const {
+        return make_tensor(pools[size_t(layer)].get(), dtype::f16,
+                           {shape_.max_requests, shape_.n_kv_heads, int64_t(c_.window), shape_.head_dim});
+    }
+    tensor window_row(std::vector<buffer_ptr> & pools, int64_t layer, int32_t row) const {
+        return make_tensor(pools[size_t(layer)].get(), dtype::f16,
+                           {1, shape_.n_kv_heads, int64_t(c_.window), shape_.head_dim}, size_t(row * row_elems()) * 2);
+    }
+    tensor block_pool(int64_t layer) const {
+        return make_tensor(pool_[size_t(layer)].get(), dtype::u8, {n_slots_ * q_.slot_bytes()});
+    }
+    // Uploads i32 arrays into `buf` (grown as needed) and returns views in the same order. Uploads
+    // are ordered after the work already enqueued, so reusing the buffer is safe.
+    std::vector<tensor> upload(backend & be, buffer_ptr & buf, const std::vector<std::vector<int32_t>> & arrays) {
+        std::vector<int32_t> packed;
+        std::vector<std::pair<size_t, size_t>> at;
+        for (const auto & a : arrays) {
+            at.emplace_back(packed.size(), a.size());
+            packed.insert(packed.end(), a.begin(), a.end());
+            packed.resize((packed.size() + 3) / 4 * 4, 0);  // 16-byte aligned views
+        }
+        if (!buf || buf->size() < packed.size() * 4 + 16) buf = be.alloc(packed.size() * 8 + 64);
+        if (!packed.empty()) be.upload(*buf, 0, packed.data(), packed.size() * 4);
+        std::vector<tensor> views;
+        for (auto [off, n] : at)
+            views.push_back(make_tensor(buf.get(), dtype::i32, {std::max<int64_t>(int64_t(n), 1)}, off * 4));
+        return views;
+    }
+    std::vector<int32_t> take_slots(int64_t n) {
+        std::vector<int32_t> out;
+        KVCOMP_CHECK_ARG(n == 0 || slots_->allocate(int32_t(n), out), "method ", c_.name, ": block pool exhausted (",
+                         slots_->used_pages(), " of ", slots_->capacity(), " slots in use)");
+        return out;
+    }
+    int32_t take_row() {
+        std::vector<int32_t> out;
+        KVCOMP_CHECK_ARG(rows_->allocate(1, out), "method ", c_.name, ": no free window row");
+        return out[0];
+    }
+
+    // --- prefill ---------------------------------------------------------------------------
+    struct prompt_plan {
+        int32_t seq, first_row, len, quantized;  // token rows [first_row, first_row + len) of the step
+        std::vector<int32_t> new_slots;          // blocks of the quantized tokens
+        std::vector<int32_t> probes;             // probe indices within the prompt (saliency)
+    };
+
+    void plan_prefill(backend &, const kv_step & s) {
+        plans_.clear();
+        for (int64_t b = 0; b < s.batch; ++b) {
+            prompt_plan p;
+            p.seq = s.seq_ids[size_t(b)];
+            p.first_row = s.host_seq_indptr[size_t(b)];
+            p.len = s.host_seq_indptr[size_t(b) + 1] - p.first_row;
+            p.quantized = c_.quantize_whole_prompt ? p.len : p.len - p.len % c_.window;
+            request_state & r = reqs_[p.seq];
+            r = request_state{};
+            r.rng.seed(c_.seed * 0x9E3779B97F4A7C15ull + uint64_t(p.seq));
+            r.win_start = p.quantized;
+            r.win_len = p.len - p.quantized;
+            p.new_slots = take_slots(blocks_for(p.quantized));
+            r.slots = p.new_slots;
+            if (r.win_len > 0) r.row = take_row();
+            if (c_.saliency) p.probes = hq::prompt_probes(p.len, c_.probe_recent, c_.probe_random, c_.seed + uint64_t(p.seq));
+            plans_.push_back(std::move(p));
+        }
+    }
+
+    // Per layer: rank (saliency), quantize the prompt's blocks, copy the remainder to the window.
+    void store_prefill(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
+                       const tensor & v, float scale) {
+        const int64_t H = shape_.n_kv_heads, G = q_.block_tokens();
+        std::vector<int32_t> plan, rows;
+        for (const prompt_plan & p : plans_) {
+            if (p.quantized == 0) continue;
+            // Per KV head: the prompt's token indices, salient first (ascending), then regular.
+            std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
+            if (c_.saliency) {
+                const auto scores = prompt_scores(be, p, q, k, scale);
+                for (int64_t h = 0; h < H; ++h) order[size_t(h)] = hq::split_by_saliency(scores[size_t(h)], c_.ratio);
+            } else {
+                for (auto & o : order) {
+                    o.resize(size_t(p.quantized));
+                    for (int32_t i = 0; i < p.quantized; ++i) o[size_t(i)] = i;
+                }
+            }
+            const int64_t n_lo = hq::regular_count(p.quantized, c_.ratio), n_hi = p.quantized - n_lo;
+            for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
+                const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
+                const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - hi0, 0, q_.hi_tokens));
+                const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - lo0, 0, q_.lo_tokens));
+                plan.insert(plan.end(), {p.new_slots[bi], hi, lo});
+                for (int64_t h = 0; h < H; ++h) {
+                    std::vector<int32_t> blk(size_t(G), 0);
+                    const auto & o = order[size_t(h)];
+                    for (int32_t j = 0; j < hi; ++j) blk[size_t(j)] = p.first_row + o[size_t(hi0 + j)];
+                    for (int32_t j = 0; j < lo; ++j) blk[size_t(hi + j)] = p.first_row + o[size_t(n_hi + lo0 + j)];
+                    rows.insert(rows.end(), blk.begin(), blk.end());
+                }
+            }
+        }
+        if (!plan.empty()) {
+            const auto t = upload(be, layer_tables_, {plan, rows});
+            kv_quantize_params kp;
+            kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = s.n_tokens, kp.row_tokens = 0;
+            kp.n_slots = n_slots_;
+            be.run(make_op(kp, {k, v, t[0], t[1]}, {block_pool(layer)}));
+        }
+        // The unquantized tail (kivi's residual) goes to the request's window row, slots 0..n-1.
+        for (const prompt_plan & p : plans_) {
+            const int32_t n = p.len - p.quantized;
+            if (n == 0) continue;
+            const request_state & r = reqs_.at(p.seq);
+            std::vector<int32_t> pos(static_cast<size_t>(n)), zero(size_t(n), 0);
+            for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = i;
+            const auto t = upload(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
+            const size_t off = size_t(p.first_row + p.quantized) * size_t(H * shape_.head_dim) * 4;
+            const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, shape_.head_dim}, k.offset + off);
+            const tensor vr = make_tensor(v.buf, dtype::f32, {n, H, shape_.head_dim}, v.offset + off);
+            const kv_layout wl{shape_.max_requests, H, c_.window, shape_.head_dim};
+            be.run(make_op(kv_append_params{wl, n, 1, 1}, {kr, vr, t[0], t[1], t[2], t[3]},
+                           {window_pool(wk_, layer), window_pool(wv_, layer)}));
+        }
+    }
+
+    // Normalized probe scores of one prompt, per KV head [H][quantized tokens].
+    std::vector<std::vector<double>> prompt_scores(backend & be, const prompt_plan & p, const tensor & q,
+                                                   const tensor & k, float scale) {
+        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, np = int64_t(p.probes.size());
+        std::vector<int32_t> ids(p.probes.size()), key_pos(size_t(p.len));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = p.first_row + p.probes[i];
+        for (int32_t i = 0; i < p.len; ++i) key_pos[size_t(i)] = i;
+        const auto t = upload(be, layer_tables_, {ids, p.probes, key_pos});
+        const size_t qbytes = size_t(np * q_row()) * 4, sbytes = size_t(H * p.len) * 4;
+        if (!scores_buf_ || scores_buf_->size() < qbytes + sbytes) scores_buf_ = be.alloc((qbytes + sbytes) * 2);
+        const tensor qp = make_tensor(scores_buf_.get(), dtype::f32, {np, q_row()});
+        const tensor sc = make_tensor(scores_buf_.get(), dtype::f32, {H, int64_t(p.len)}, qbytes);
+        be.run(make_op(get_rows_params{np, q_row(), q.numel() / q_row()},
+                       {make_tensor(q.buf, dtype::f32, {q.numel() / q_row(), q_row()}, q.offset), t[0]}, {qp}));
+        probe_scores_params ps;
+        ps.n_probes = np, ps.n_keys = p.len, ps.n_q_heads = shape_.n_q_heads, ps.n_kv_heads = H, ps.head_dim = hd;
+        ps.scale = scale;
+        const tensor kr = make_tensor(k.buf, dtype::f32, {int64_t(p.len), H, hd}, k.offset + size_t(p.first_row * H * hd) * 4);
+        be.run(make_op(ps, {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset), t[1], kr, t[2]},
+                       {sc}));
+        std::vector<float> sums(static_cast<size_t>(H * p.len));
+        be.download(*scores_buf_, qbytes, sums.data(), sums.size() * 4);
+        std::vector<std::vector<double>> out(static_cast<size_t>(H));
+        std::vector<int32_t> qpos(key_pos.begin(), key_pos.begin() + p.quantized);
+        for (int64_t h = 0; h < H; ++h)
+            out[size_t(h)] = hq::normalized_scores(sums.data() + h * p.len, qpos, p.probes, c_.nnz, p.len - 1);
+        return out;
+    }
+
+    // --- decode ----------------------------------------------------------------------------
+    void plan_decode(backend & be, const kv_step & s) {
+        std::vector<int32_t> bindptr{0}, bindices, win, wpos, wrow, bidx(size_t(s.batch)), iota(size_t(s.batch) + 1);
+        for (int64_t b = 0; b < s.batch; ++b) {
+            request_state & r = reqs_.at(s.seq_ids[size_t(b)]);
+            if (r.row < 0) r.row = take_row();
+            const int32_t slot = r.win_len;  // the new token's window slot
+            if (r.win_len == 0) r.win_start = s.host_positions[size_t(b)];
+            r.probe_now = c_.saliency && (slot >= c_.window - c_.decode_probe_recent ||
+                                          std::uniform_real_distribution<double>(0, 1)(r.rng) < c_.decode_probe_p) &&
+                          int32_t(r.probe_pos.size()) < probe_cap_;
+            if (r.probe_now) r.probe_pos.push_back(s.host_positions[size_t(b)]);
+            ++r.win_len;
+            bindices.insert(bindices.end(), r.slots.begin(), r.slots.end());
+            bindptr.push_back(int32_t(bindices.size()));
+            win.insert(win.end(), {r.row, 0, r.win_len});
+            wpos.push_back(slot);
+            wrow.push_back(r.row);
+            bidx[size_t(b)] = iota[size_t(b)] = int32_t(b);
+        }
+        iota[size_t(s.batch)] = int32_t(s.batch);
+        nnz_blocks_ = int64_t(bindices.size());
+        int64_t most = 0;
+        for (int64_t b = 0; b < s.batch; ++b)
+            most = std::max<int64_t>(most, int64_t(bindptr[size_t(b) + 1] - bindptr[size_t(b)]) * q_.block_tokens() +
+                                               win[size_t(b) * 3 + 2]);
+        max_tokens_ = most;
+        // Views: 0 block_indptr, 1 block_indices, 2 win, 3 window slot of each new token,
+        // 4 batch_idx, 5 one-page indptr, 6 window rows (kv_append's page table over the rows).
+        decode_tables_ = upload(be, step_tables_, {bindptr, bindices, win, wpos, bidx, iota, wrow});
+        if (!lse_ || lse_->size() < size_t(s.batch * shape_.n_q_heads) * 4)
+            lse_ = be.alloc(size_t(std::max<int64_t>(s.batch, shape_.max_requests) * shape_.n_q_heads) * 4);
+    }
+
+    void decode(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k, const tensor & v,
+                const tensor & out, float scale) {
+        const auto & t = decode_tables_;
+        const kv_layout wl{shape_.max_requests, shape_.n_kv_heads, c_.window, shape_.head_dim};
+        // The new token into its window slot: row = its request's window row, position = slot.
+        be.run(make_op(kv_append_params{wl, s.n_tokens, s.batch, s.batch}, {k, v, t[4], t[3], t[5], t[6]},
+                       {window_pool(wk_, layer), window_pool(wv_, layer)}));
+        attn_decode_quant_params p;
+        p.q = q_, p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.n_slots = n_slots_;
+        p.nnz_blocks = nnz_blocks_, p.n_win_rows = shape_.max_requests, p.win_tokens = c_.window;
+        p.max_tokens = max_tokens_, p.scale = scale;
+        const tensor lse = make_tensor(lse_.get(), dtype::f32, {s.batch, shape_.n_q_heads});
+        be.run(make_op(p, {q, block_pool(layer), t[0], t[1], window_pool(wk_, layer), window_pool(wv_, layer), t[2]},
+                       {out, lse}));
+        if (!c_.saliency) return;
+        // Probe steps keep their query and its full-row log-denominator for the window's ranking.
+        for (int64_t b = 0; b < s.batch; ++b) {
+            request_state & r = reqs_.at(s.seq_ids[size_t(b)]);
+            if (!r.probe_now) continue;
+            const int64_t slot = int64_t(r.row) * probe_cap_ + int64_t(r.probe_pos.size()) - 1;
+            const int64_t nq = shape_.n_q_heads;
+            be.run(make_op(copy_params{q_row()}, {make_tensor(q.buf, dtype::f32, {q_row()}, q.offset + size_t(b * q_row()) * 4)},
+                           {make_tensor(probe_q_[size_t(layer)].get(), dtype::f32, {q_row()}, size_t(slot * q_row()) * 4)}));
+            be.run(make_op(copy_params{nq}, {make_tensor(lse_.get(), dtype::f32, {nq}, size_t(b * nq) * 4)},
+                           {make_tensor(probe_lse_[size_t(layer)].get(), dtype::f32, {nq}, size_t(slot * nq) * 4)}));
+        }
+    }
+
+    // Quantizes a full window into window / block blocks and empties it.
+    void flush_window(backend & be, request_state & r) {
+        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, W = c_.window, G = q_.block_tokens();
+        const int64_t n_blocks = W / G;
+        const std::vector<int32_t> new_slots = take_slots(n_blocks);
+        std::vector<int32_t> key_pos(static_cast<size_t>(W));
+        for (int64_t i = 0; i < W; ++i) key_pos[size_t(i)] = r.win_start + int32_t(i);
+        for (int64_t layer = 0; layer < shape_.n_layers; ++layer) {
+            const tensor kw = window_row(wk_, layer, r.row), vw = window_row(wv_, layer, r.row);
+            std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
+            if (c_.saliency && !r.probe_pos.empty()) {
+                const int64_t np = int64_t(r.probe_pos.size()), nq = shape_.n_q_heads;
+                const auto t = upload(be, layer_tables_, {r.probe_pos, key_pos});
+                if (!scores_buf_ || scores_buf_->size() < size_t(H * W) * 4) scores_buf_ = be.alloc(size_t(H * W) * 8);
+                probe_scores_params ps;
+                ps.n_probes = np, ps.n_keys = W, ps.n_q_heads = nq, ps.n_kv_heads = H, ps.head_dim = hd;
+                ps.row_tokens = W, ps.scale = float(1.0 / std::sqrt(double(hd))), ps.use_lse = true;
+                const size_t base = size_t(int64_t(r.row) * probe_cap_);
+                be.run(make_op(ps,
+                               {make_tensor(probe_q_[size_t(layer)].get(), dtype::f32, {np, nq, hd}, base * size_t(q_row()) * 4),
+                                t[0], kw, t[1],
+                                make_tensor(probe_lse_[size_t(layer)].get(), dtype::f32, {np, nq}, base * size_t(nq) * 4)},
+                               {make_tensor(scores_buf_.get(), dtype::f32, {H, W})}));
+                std::vector<float> sums(static_cast<size_t>(H * W));
+                be.download(*scores_buf_, 0, sums.data(), sums.size() * 4);
+                for (int64_t h = 0; h < H; ++h)
+                    order[size_t(h)] = hq::split_by_saliency(
+                        hq::normalized_scores(sums.data() + h * W, key_pos, r.probe_pos, hq::nnz_mode::probe,
+                                              key_pos.back()),
+                        c_.ratio);
+            } else {
+                for (auto & o : order) {
+                    o.resize(size_t(W));
+                    for (int64_t i = 0; i < W; ++i) o[size_t(i)] = int32_t(i);
+                }
+            }
+            // Block i takes hi tokens [i*hi_cap, ...) of the salient list and lo tokens likewise.
+            const int64_t n_lo = hq::regular_count(W, c_.ratio), n_hi = W - n_lo;
+            std::vector<int32_t> plan, rows;
+            for (int64_t bi = 0; bi < n_blocks; ++bi) {
+                const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - bi * q_.hi_tokens, 0, q_.hi_tokens));
+                const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - bi * q_.lo_tokens, 0, q_.lo_tokens));
+                plan.insert(plan.end(), {new_slots[size_t(bi)], hi, lo});
+                for (int64_t h = 0; h < H; ++h) {
+                    std::vector<int32_t> blk(size_t(G), 0);
+                    const auto & o = order[size_t(h)];
+                    for (int32_t j = 0; j < hi; ++j) blk[size_t(j)] = o[size_t(bi * q_.hi_tokens + j)];
+                    for (int32_t j = 0; j < lo; ++j) blk[size_t(hi + j)] = o[size_t(n_hi + bi * q_.lo_tokens + j)];
+                    rows.insert(rows.end(), blk.begin(), blk.end());
+                }
+            }
+            const auto t = upload(be, layer_tables_, {plan, rows});
+            kv_quantize_params kp;
+            kp.q = q_, kp.n_blocks = n_blocks, kp.n_src_tokens = W, kp.row_tokens = W, kp.n_slots = n_slots_;
+            be.run(make_op(kp, {kw, vw, t[0], t[1]}, {block_pool(layer)}));
+        }
+        r.slots.insert(r.slots.end(), new_slots.begin(), new_slots.end());
+        r.win_len = 0;
+        r.probe_pos.clear();
+    }
+
+    quant_method_config c_;
+    kv_shape shape_;
+    qblock_layout q_;
+    int64_t n_slots_ = 0, nnz_blocks_ = 0, max_tokens_ = 0;
+    int32_t probe_cap_ = 0;
+    std::vector<buffer_ptr> pool_, wk_, wv_, probe_q_, probe_lse_;
+    buffer_ptr scratch_, step_tables_, layer_tables_, scores_buf_, lse_;
+    std::vector<tensor> decode_tables_;
+    std::unique_ptr<host::page_pool> slots_, rows_;
+    std::map<int64_t, request_state> reqs_;
+    std::vector<prompt_plan> plans_;
+    uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<kv_method> make_quant_method(const quant_method_config & cfg) {
+    return std::make_unique<quant_method>(cfg);
+}
+
+}  // namespace kvcomp::engine

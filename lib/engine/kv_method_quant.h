@@ -1,0 +1,57 @@
+// The quantizing KV methods ("kivi", "zipcache"): tokens are stored as quantized blocks
+// (core/qblock.h) in fixed-size slots of a per-layer byte pool, plus a per-request fp16 window of
+// the most recent tokens; decode attention reads both (attn_decode_quant) without an fp16 copy of
+// the cache. What differs between the methods is which tokens go to which precision and when.
+//
+// Storage per layer: pool u8 [n_slots, slot_bytes]; window K and V f16 [max_requests, n_kv_heads,
+// window, head_dim] (one row per request, taken at its first window token, held until it ends).
+// A request's slots hold the same block numbers in every layer (one host allocation per block).
+//
+// Flow:
+//  - prefill: the prompt attends to its exact K/V (as with "none"); then, per layer, the prompt's
+//    tokens are quantized: all of them (zipcache) or all but the last (L mod window) tokens, which
+//    go to the window (kivi, whose window is KIVI's fp16 residual). With saliency (zipcache) the
+//    prompt's probe rows (probe_scores) rank the tokens per KV head; the top `ratio` go to the
+//    high-bit segments of the blocks, the rest to the low-bit ones, each in position order.
+//  - decode: the token is appended to the window, attention runs over blocks + window; when the
+//    window holds `window` tokens (after the step) it is quantized into window / block blocks
+//    (zipcache: ranked by the probe queries of the window's own decode steps: its last
+//    `decode_probe_recent` steps plus each step with probability `decode_probe_p`, normalized by
+//    the full-row denominators the attention returned) and emptied. Old blocks are never
+//    re-quantized (append-only; no drift).
+//
+// Accounting: bytes_held(seq) = its slots x slot_bytes + its window row, K and V, every layer;
+// bytes_for_tokens(t) = what a request holds right after a prefill of t tokens (no decode window
+// for zipcache; kivi's residual row when t mod window > 0); bytes_allocated = pools + windows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/qblock.h"
+#include "engine/kv_method.h"
+#include "host/quant/saliency.h"
+
+namespace kvcomp::engine {
+
+struct quant_method_config {
+    std::string name;                 // "kivi" or "zipcache"
+    int32_t block = 32;               // tokens per block (G)
+    int32_t window = 32;              // fp16 tokens before a flush; a multiple of block
+    int32_t hi_bits = 2, lo_bits = 2;
+    double ratio = 1.0;               // fraction of a block's tokens at hi_bits (1: one segment)
+    int32_t v_group = 32;             // 0: head_dim (one value group per token)
+    bool channel_scale = false;       // ZipCache's channel-separable value quantization
+    bool quantize_whole_prompt = false;  // zipcache: the prompt leaves no fp16 window
+    bool saliency = false;            // rank tokens by probe attention (zipcache)
+    double probe_recent = 0.05, probe_random = 0.05;
+    int32_t decode_probe_recent = 5;
+    double decode_probe_p = 0.05;
+    host::quant::nnz_mode nnz = host::quant::nnz_mode::probe;
+    uint64_t seed = 0;
+};
+
+std::unique_ptr<kv_method> make_quant_method(const quant_method_config & cfg);
+
+}  // namespace kvcomp::engine

@@ -1,0 +1,117 @@
+// Options of the quantizing KV methods ("--method-opt key=value"): parsed and validated here,
+// then handed to the shared implementation in kv_method_quant.cpp.
+//
+//   kivi (KIVI, Liu et al. 2024): keys per channel over groups of `group` tokens, values per token
+//     in groups of `group` channels, `bits` 2|4|8 (default 2), group 32, residual 32 (the fp16
+//     recent tokens; a multiple of group).
+//   zipcache (ZipCache, He et al. 2024): keys per channel, values channel-separable per token
+//     (CST), salient tokens (normalized probe attention) at hi_bits, the rest at lo_bits:
+//     ratio 0.4 (salient fraction), hi_bits 4, lo_bits 2, block 100 (the streaming gap: also the
+//     decode window), probe_recent 0.05, probe_random 0.05, nnz probe|causal (digest §9 A6),
+//     decode_probe_recent 5, decode_probe_p 0.05, seed 0.
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "engine/kv_method_quant.h"
+
+namespace kvcomp::engine {
+
+namespace {
+
+// Reads each option once, rejects unknown keys and malformed values with the method's name.
+class option_reader {
+  public:
+    option_reader(std::string method, const method_options & o) : method_(std::move(method)), opts_(o) {}
+
+    int64_t integer(const std::string & key, int64_t def, int64_t lo, int64_t hi) {
+        seen_.insert(key);
+        auto it = opts_.find(key);
+        if (it == opts_.end()) return def;
+        char * end = nullptr;
+        const long long v = std::strtoll(it->second.c_str(), &end, 10);
+        KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ",
+                         key, "=", it->second, " must be an integer in [", lo, ", ", hi, "]");
+        return v;
+    }
+    double real(const std::string & key, double def, double lo, double hi) {
+        seen_.insert(key);
+        auto it = opts_.find(key);
+        if (it == opts_.end()) return def;
+        char * end = nullptr;
+        const double v = std::strtod(it->second.c_str(), &end);
+        KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ",
+                         key, "=", it->second, " must be a number in [", lo, ", ", hi, "]");
+        return v;
+    }
+    std::string word(const std::string & key, const std::string & def, const std::set<std::string> & allowed) {
+        seen_.insert(key);
+        auto it = opts_.find(key);
+        if (it == opts_.end()) return def;
+        KVCOMP_CHECK_ARG(allowed.count(it->second), "method ", method_, ": option ", key, "=", it->second,
+                         " is not one of the allowed values");
+        return it->second;
+    }
+    void finish() const {
+        for (const auto & kv : opts_) {
+            if (seen_.count(kv.first)) continue;
+            std::string known;
+            for (const auto & k : seen_) known += (known.empty() ? "" : ", ") + k;
+            KVCOMP_THROW(status::invalid_argument, "method ", method_, ": unknown option '", kv.first,
+                         "' (options: ", known, ")");
+        }
+    }
+
+  private:
+    std::string method_;
+    const method_options & opts_;
+    std::set<std::string> seen_;
+};
+
+int32_t bits_option(option_reader & r, const std::string & key, int32_t def, const std::string & method) {
+    const int32_t b = int32_t(r.integer(key, def, 2, 8));
+    KVCOMP_CHECK_ARG(b == 2 || b == 4 || b == 8, "method ", method, ": ", key, " must be 2, 4 or 8, got ", b);
+    return b;
+}
+
+}  // namespace
+
+std::unique_ptr<kv_method> make_kv_method_kivi(const method_options & o) {
+    option_reader r("kivi", o);
+    quant_method_config c;
+    c.name = "kivi";
+    c.hi_bits = c.lo_bits = bits_option(r, "bits", 2, c.name);
+    c.block = int32_t(r.integer("group", 32, 16, 4096));
+    c.window = int32_t(r.integer("residual", 32, 1, 1 << 20));
+    r.finish();
+    KVCOMP_CHECK_ARG(c.window % c.block == 0, "method kivi: residual (", c.window, ") must be a multiple of group (",
+                     c.block, ")");
+    c.ratio = 1.0;  // one segment
+    c.v_group = c.block;
+    return make_quant_method(c);
+}
+
+std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
+    option_reader r("zipcache", o);
+    quant_method_config c;
+    c.name = "zipcache";
+    c.ratio = r.real("ratio", 0.4, 0.0, 1.0);
+    c.hi_bits = bits_option(r, "hi_bits", 4, c.name);
+    c.lo_bits = bits_option(r, "lo_bits", 2, c.name);
+    c.block = c.window = int32_t(r.integer("block", 100, 1, 1 << 16));
+    c.probe_recent = r.real("probe_recent", 0.05, 0.0, 1.0);
+    c.probe_random = r.real("probe_random", 0.05, 0.0, 1.0);
+    c.nnz = r.word("nnz", "probe", {"probe", "causal"}) == "probe" ? host::quant::nnz_mode::probe
+                                                                  : host::quant::nnz_mode::causal;
+    c.decode_probe_recent = int32_t(r.integer("decode_probe_recent", 5, 1, 1 << 16));
+    c.decode_probe_p = r.real("decode_probe_p", 0.05, 0.0, 1.0);
+    c.seed = uint64_t(r.integer("seed", 0, 0, int64_t(1) << 62));
+    r.finish();
+    c.v_group = 0;  // head_dim: one group per token
+    c.channel_scale = true;
+    c.quantize_whole_prompt = true;
+    c.saliency = true;
+    return make_quant_method(c);
+}
+
+}  // namespace kvcomp::engine
