@@ -23,6 +23,7 @@
 #include <string>
 
 #include "backend_ops_cases.h"
+#include "backend_ops_quant_cases.h"
 #include "core/registry.h"
 
 using namespace kvcomp;
@@ -298,6 +299,19 @@ bool bench_device(const device_entry & dev, const options & o) {
             w.context = ctx;
             rep.emit(w);
         }
+    // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
+    // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
+    for (const char * layout : {"zipcache", "kivi2"})
+        for (int64_t batch : o.batches)
+            for (int64_t ctx : o.contexts) {
+                case_ptr c = make_attn_decode_quant_case(layout, batch, ctx);
+                row w;
+                ok = bench_case(*c, *be, dev.info, o, w) && ok;
+                w.op = std::string("decode_") + layout;
+                w.batch = batch;
+                w.context = ctx;
+                rep.emit(w);
+            }
     // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes.
     for (const auto & [batch, len] : o.prefill) {
         case_ptr c = make_attn_prefill_case(std::vector<int64_t>(size_t(batch), len), 32, 8, 128);

@@ -24,3 +24,8 @@ OUT=${OUT:-/tmp/kvcomp_out}
 mkdir -p "$OUT"
 commit=$(cat .carry/commit 2>/dev/null || echo unknown)
 step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }
+
+# The OpenCL device of the GPU (the host also registers PoCL, usually as opencl:0): tests and
+# benchmarks name it explicitly so they never fall back to the CPU device.
+OCL_GPU=$($B/kvcomp info 2>/dev/null | awk '/^opencl:[0-9]+ .*\(OpenCL\)$/ && !/cpu-|CPU/ {print $1; exit}')
+OCL_GPU=${OCL_GPU:-opencl}
