@@ -1,7 +1,9 @@
 #include "engine/model_weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 
 #include "host/model/safetensors.h"
@@ -10,16 +12,20 @@ namespace kvcomp::engine {
 
 namespace {
 
-// Uploads fp32 values as `type` (conversion on the host, round to nearest even).
-buffer_ptr upload_floats(backend & be, const std::vector<float> & v, dtype type, uint64_t & bytes) {
-    const std::vector<uint8_t> enc = host::encode_floats(v, host::st_dtype_from_kvcomp(type));
+// Uploads encoded values (already in the tensor's device dtype).
+buffer_ptr upload_bytes(backend & be, const std::vector<uint8_t> & enc, uint64_t & bytes) {
     buffer_ptr b = be.alloc(std::max<size_t>(1, enc.size()));
     if (!enc.empty()) be.upload(*b, 0, enc.data(), enc.size());
     bytes += enc.size();
     return b;
 }
+buffer_ptr upload_floats(backend & be, const std::vector<float> & v, dtype type, uint64_t & bytes) {
+    return upload_bytes(be, host::encode_floats(v, host::st_dtype_from_kvcomp(type)), bytes);
+}
 
-using tensor_source = std::function<std::vector<float>(const std::string & name, const std::vector<int64_t> & shape)>;
+// A tensor's bytes in `type` (f32 or f16, round to nearest even), by name and shape.
+using tensor_source =
+    std::function<std::vector<uint8_t>(const std::string & name, const std::vector<int64_t> & shape, dtype type)>;
 
 model_weights build(backend & be, const host::model_config & cfg, dtype mt, const tensor_source & get) {
     KVCOMP_CHECK_ARG(mt == dtype::f16 || mt == dtype::f32, "weights: matrix type must be f16 or f32, got ",
@@ -29,9 +35,9 @@ model_weights build(backend & be, const host::model_config & cfg, dtype mt, cons
     const int64_t H = cfg.hidden_size, V = cfg.vocab_size, I = cfg.intermediate_size;
     const int64_t Q = cfg.q_dim(), KV = cfg.kv_dim();
     auto mat = [&](const std::string & n, int64_t rows, int64_t cols) {
-        return upload_floats(be, get(n, {rows, cols}), mt, w.bytes);
+        return upload_bytes(be, get(n, {rows, cols}, mt), w.bytes);
     };
-    auto vec = [&](const std::string & n, int64_t len) { return upload_floats(be, get(n, {len}), dtype::f32, w.bytes); };
+    auto vec = [&](const std::string & n, int64_t len) { return upload_bytes(be, get(n, {len}, dtype::f32), w.bytes); };
     w.embed = mat("model.embed_tokens.weight", V, H);
     for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -67,8 +73,9 @@ model_weights load_model_weights(backend & be, const host::model_config & cfg, c
                      "for a Llama/Mistral model)");
     const host::tensor_set ts = host::tensor_set::open(model_dir);
     host::check_tensors(ts, cfg);
-    return build(be, cfg, matrix_type,
-                 [&](const std::string & name, const std::vector<int64_t> &) { return ts.get_floats(name); });
+    return build(be, cfg, matrix_type, [&](const std::string & name, const std::vector<int64_t> &, dtype type) {
+        return host::encode_floats(ts.get_floats(name), host::st_dtype_from_kvcomp(type));
+    });
 }
 
 model_weights random_model_weights(backend & be, const host::model_config & cfg, dtype matrix_type, uint64_t seed) {
@@ -76,17 +83,30 @@ model_weights random_model_weights(backend & be, const host::model_config & cfg,
     // take minutes, and timings do not depend on the values (only on their being finite).
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd(0.0f, 0.02f);
+    // The block is encoded once per dtype and tiled as bytes: converting 8e9 values one by one
+    // took minutes of every Llama-3-8B benchmark.
     std::vector<float> block(size_t(1) << 20);
     for (float & x : block) x = nd(rng);
+    std::map<dtype, std::vector<uint8_t>> encoded;
     size_t start = 0;
-    return build(be, cfg, matrix_type, [&](const std::string & name, const std::vector<int64_t> & shape) {
+    return build(be, cfg, matrix_type, [&](const std::string & name, const std::vector<int64_t> & shape, dtype type) {
         int64_t n = 1;
         for (int64_t d : shape) n *= d;
-        std::vector<float> v(static_cast<size_t>(n));
-        const bool is_norm = name.find("norm") != std::string::npos;
-        for (size_t i = 0; i < v.size(); ++i) v[i] = is_norm ? 1.0f : block[(start + i) % block.size()];
+        if (name.find("norm") != std::string::npos)
+            return host::encode_floats(std::vector<float>(static_cast<size_t>(n), 1.0f), host::st_dtype_from_kvcomp(type));
+        auto & enc = encoded[type];
+        if (enc.empty()) enc = host::encode_floats(block, host::st_dtype_from_kvcomp(type));
+        const size_t es = dtype_size(type), total = size_t(n) * es, period = enc.size();
+        std::vector<uint8_t> out(total);
+        size_t pos = (start % block.size()) * es, done = 0;
+        while (done < total) {
+            const size_t len = std::min(total - done, period - pos);
+            std::memcpy(out.data() + done, enc.data() + pos, len);
+            done += len;
+            pos = 0;
+        }
         start += 7919;
-        return v;
+        return out;
     });
 }
 

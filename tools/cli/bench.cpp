@@ -98,7 +98,12 @@ int run_bench(int argc, char ** argv) {
         cfg.max_batch = *std::max_element(batches.begin(), batches.end());
         cfg.max_context = *std::max_element(prompts.begin(), prompts.end()) + gen;
         cfg.kv_pages = pages;
-        cfg.max_prefill_tokens = std::max<int64_t>(cfg.max_prefill_tokens, cfg.max_context);
+        // Every request of a point is prefilled in one step, so decode runs at the full batch from
+        // its first step (as transformers does); otherwise early requests would finish while later
+        // ones are still being admitted and the measured gaps would be at a smaller batch.
+        int64_t most_tokens = 0;
+        for (const point & pt : grid) most_tokens = std::max(most_tokens, pt.batch * pt.prompt);
+        cfg.max_prefill_tokens = std::max<int64_t>(cfg.max_prefill_tokens, most_tokens);
 
         engine::engine eng(cfg);
         backend & be = eng.device();
