@@ -408,7 +408,13 @@ TEST(quant_methods, bytes_allocated_is_what_allocate_asked_for) {
             auto method = engine::create_kv_method(c.method, c.o);
             method->allocate(cb, shape);
             const auto q = expected_layout(c.method, c.block, c.ratio, c.hi, c.lo);
-            const int64_t n_slots = (shape.n_pages * shape.page_size + c.block - 1) / c.block + 2 * max_req;
+            // Slots: a whole context split at the ratio (the binding segment), + 1 for the floor of a
+            // split ratio, + 2 per request (a prompt's partial block and the rounding of the split).
+            const int64_t tokens = shape.n_pages * shape.page_size;
+            const int64_t lo = host::quant::regular_count(tokens, c.ratio), hi = tokens - lo;
+            const int64_t n_slots = std::max(q.hi_tokens ? (hi + q.hi_tokens - 1) / q.hi_tokens : 0,
+                                             q.lo_tokens ? (lo + q.lo_tokens - 1) / q.lo_tokens : 0) +
+                                    (c.ratio > 0 && c.ratio < 1 ? 1 : 0) + 2 * max_req;
             const uint64_t pools = uint64_t(n_slots * q.slot_bytes());
             const uint64_t windows = 2 * uint64_t(max_req * m.num_key_value_heads * c.window * m.head_dim) * 2;
             EXPECT_EQ(method->bytes_allocated(), (pools + windows) * uint64_t(m.num_hidden_layers));
