@@ -65,8 +65,13 @@ class quant_method : public kv_method {
         probe_cap_ = c_.saliency ? c_.decode_probe_recent + int32_t(std::ceil(c_.decode_probe_p * c_.window * 3)) + 4 : 0;
         if (probe_cap_ > 0)
             for (int64_t l = 0; l < shape.n_layers; ++l) {
-                probe_q_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * q_row()) * 4));
-                probe_lse_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * shape.n_q_heads) * 4));
+                // The decode window's probe queries and their row denominators: state held across
+                // steps until the window is flushed, so counted in bytes_allocated.
+                const size_t pq = size_t(shape.max_requests * probe_cap_ * q_row()) * 4;
+                const size_t pl = size_t(shape.max_requests * probe_cap_ * shape.n_q_heads) * 4;
+                probe_q_.push_back(be.alloc(pq));
+                probe_lse_.push_back(be.alloc(pl));
+                bytes_ += uint64_t(pq + pl);
             }
     }
 
