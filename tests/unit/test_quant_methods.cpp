@@ -226,7 +226,7 @@ TEST_P(quant_methods_on, eight_bit_is_close_and_error_grows_as_bits_shrink) {
     EXPECT_GT(z22, z42);
 }
 
-INSTANTIATE_TEST_SUITE_P(backends, quant_methods_on, ::testing::ValuesIn(test::backends_to_test()),
+INSTANTIATE_TEST_SUITE_P(quant_backends, quant_methods_on, ::testing::ValuesIn(test::backends_to_test()),
                          test::backend_param_name());
 
 // (c) T16 streaming counts, zipcache: blocks for the prompt, then one more block per `block` decode
