@@ -45,10 +45,13 @@ class quant_method : public kv_method {
         KVCOMP_CHECK_ARG(shape.head_dim % 16 == 0 && shape.head_dim % q_.v_group == 0, "method ", c_.name,
                          ": head_dim ", shape.head_dim, " must be a multiple of 16 and of the value group ",
                          q_.v_group);
-        // Every cached token fits in the engine's pages; blocks hold `block` tokens, plus one
-        // partial block per request (prompt tail) and the rounding of the hi/lo split.
+        // Every cached token fits in the engine's pages. A prompt of n tokens takes blocks_for(n)
+        // <= rate * n + 2 blocks, rate = max(r / hi_tokens, (1 - r) / lo_tokens) >= 1 / block (the
+        // segment that fills first binds when r * block is not whole); a decode window takes 1 /
+        // block per token. Summed over requests: <= rate * tokens + 2 per request, and rate * tokens
+        // <= blocks_for(tokens) + 1 (the floor in regular_count), the + 1 only for a split ratio.
         const int64_t tokens = shape.n_pages * shape.page_size;
-        n_slots_ = (tokens + c_.block - 1) / c_.block + 2 * shape.max_requests;
+        n_slots_ = blocks_for(tokens) + (c_.ratio > 0.0 && c_.ratio < 1.0 ? 1 : 0) + 2 * shape.max_requests;
         const size_t pool = size_t(n_slots_ * q_.slot_bytes());
         const size_t win = size_t(shape.max_requests * row_elems()) * 2;
         for (int64_t l = 0; l < shape.n_layers; ++l) {
@@ -62,8 +65,13 @@ class quant_method : public kv_method {
         probe_cap_ = c_.saliency ? c_.decode_probe_recent + int32_t(std::ceil(c_.decode_probe_p * c_.window * 3)) + 4 : 0;
         if (probe_cap_ > 0)
             for (int64_t l = 0; l < shape.n_layers; ++l) {
-                probe_q_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * q_row()) * 4));
-                probe_lse_.push_back(be.alloc(size_t(shape.max_requests * probe_cap_ * shape.n_q_heads) * 4));
+                // The decode window's probe queries and their row denominators: state held across
+                // steps until the window is flushed, so counted in bytes_allocated.
+                const size_t pq = size_t(shape.max_requests * probe_cap_ * q_row()) * 4;
+                const size_t pl = size_t(shape.max_requests * probe_cap_ * shape.n_q_heads) * 4;
+                probe_q_.push_back(be.alloc(pq));
+                probe_lse_.push_back(be.alloc(pl));
+                bytes_ += uint64_t(pq + pl);
             }
     }
 

@@ -22,7 +22,8 @@
 //
 // Accounting: bytes_held(seq) = its slots x slot_bytes + its window row, K and V, every layer;
 // bytes_for_tokens(t) = what a request holds right after a prefill of t tokens (no decode window
-// for zipcache; kivi's residual row when t mod window > 0); bytes_allocated = pools + windows.
+// for zipcache; kivi's residual row when t mod window > 0); bytes_allocated = pools + windows
+// (+ zipcache's buffers of decode probe queries and their log-denominators, kept until a flush).
 #pragma once
 
 #include <cstdint>
