@@ -133,23 +133,29 @@ def tbt_vs_context(rows, out_dir):
 
 
 def attention_vs_context(ops, out_dir):
-    rs = [r for r in ops if r["op"] == "decode_fp16" and r["time_ms"]]
+    """Decode attention time vs context, one panel per backend: the fp16 cache and the quantized
+    layouts (one line per method and batch)."""
+    methods = {"decode_fp16": "fp16 (none)", "decode_zipcache": "zipcache 4/2-bit", "decode_kivi2": "kivi 2-bit"}
+    rs = [r for r in ops if r["op"] in methods and r["time_ms"]]
     if not rs:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    series = defaultdict(list)
-    for r in rs:
-        series[f"{r['backend']} ({r['device'][:28]}), batch {r['batch']}"].append((int(r["context"]), float(r["time_ms"])))
-    for name, pts in sorted(series.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("context (cached tokens)")
-    ax.set_ylabel("decode attention time, ms (median of 20)")
-    ax.set_title("Paged fp16 decode attention (bench_ops; 32/8 heads, head dim 128)", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    backends = sorted({(r["backend"], r["device"][:28]) for r in rs})
+    fig, axes = plt.subplots(1, len(backends), figsize=(6.5 * len(backends), 4.5), squeeze=False)
+    for ax, (be, dev) in zip(axes[0], backends):
+        series = defaultdict(list)
+        for r in rs:
+            if r["backend"] == be:
+                series[f"{methods[r['op']]}, batch {r['batch']}"].append((int(r["context"]), float(r["time_ms"])))
+        for name, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-" if "fp16" in name else "s--", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context (cached tokens)")
+        ax.set_ylabel("decode attention time, ms (median of 20)")
+        ax.set_title(f"{be} ({dev}): decode attention, 32/8 heads of 128", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
     return _save(fig, out_dir, "attention_vs_context.png")
 
 
