@@ -189,7 +189,8 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     KVCOMP_CHECK_ARG(cfg.max_batch > 0, "engine: max_batch must be positive, got ", cfg.max_batch);
     KVCOMP_CHECK_ARG(cfg.max_prefill_tokens > 0, "engine: max_prefill_tokens must be positive");
     p.model = host::load_model_config(cfg.model_dir);
-    p.method = create_kv_method(cfg.method, cfg.method_opts);
+    p.method = cfg.method_factory ? cfg.method_factory() : create_kv_method(cfg.method, cfg.method_opts);
+    KVCOMP_CHECK_ARG(p.method != nullptr, "engine: the method factory returned no method");
     p.be = create_backend(cfg.backend);
     p.weights = cfg.random_weights ? random_model_weights(*p.be, p.model, cfg.matrix_type, cfg.weight_seed)
                                    : load_model_weights(*p.be, p.model, cfg.model_dir, cfg.matrix_type);

@@ -29,6 +29,10 @@ struct engine_config {
     std::string backend = "default";  // cpu, opencl[:N], cuda[:N], default
     std::string method = "none";      // KV method (kv_method_names())
     method_options method_opts;
+    // When set, the engine takes its KV method from this factory instead of create_kv_method(method,
+    // method_opts) (`method` is then only a label): for methods users do not pick by name, such as
+    // the calibration capture of kvcomp calibrate (engine/kv_method_capture.h).
+    std::function<std::unique_ptr<kv_method>()> method_factory;
     dtype matrix_type = dtype::f16;   // weights of the linear layers: f16 or f32
     bool f16_activations = true;      // f16 weights: matmul inputs rounded to f16 (llama_forward.h)
     int32_t page_size = 16;

@@ -120,7 +120,7 @@ double to_half_and_back(double v) { return double(half_to_float(float_to_half(fl
 }  // namespace
 
 std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens,
-                                    const decode_window & w) {
+                                    const decode_window & w, std::vector<reference_qkv> * qkv) {
     const ref_model m(dir);
     const auto & c = m.cfg;
     const int64_t H = c.hidden_size, nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -146,6 +146,7 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
         }
         rope(q, nq, hd, c.rope.theta);
         rope(k, nkv, hd, c.rope.theta);
+        if (qkv) qkv->push_back({q, k, v});
         for (auto & row : k)
             for (double & e : row) e = to_half_and_back(e);
         for (auto & row : v)

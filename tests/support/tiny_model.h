@@ -34,10 +34,17 @@ struct decode_window {
     int64_t window = 0, prefill_len = 0;
 };
 
+// What attention receives in one layer, in double, token-major: post-RoPE q [tokens][n_q_heads *
+// head_dim], post-RoPE k and v [tokens][n_kv_heads * head_dim] (before the fp16 rounding of the cache).
+struct reference_qkv {
+    std::vector<std::vector<double>> q, k, v;
+};
+
 // Logits f32 [tokens.size(), vocab] of every position, in double. K and V are rounded to fp16
-// like the KV cache stores them, so the comparison with the engine is tight.
+// like the KV cache stores them, so the comparison with the engine is tight. When qkv is given it
+// receives every layer's attention inputs.
 std::vector<float> reference_logits(const std::string & dir, const std::vector<int32_t> & tokens,
-                                    const decode_window & w = {});
+                                    const decode_window & w = {}, std::vector<reference_qkv> * qkv = nullptr);
 
 // Greedy continuation of `prompt` by the reference (recomputes the whole sequence per token).
 // With w.window > 0 the prompt is the prefill (w.prefill_len is taken as prompt.size()).

@@ -19,7 +19,8 @@ void print_usage(FILE * out) {
                  "  compare     run a prompt on several backends: do logits and greedy tokens agree?\n"
                  "  bench       time to first token, time between tokens, tokens/s, KV bytes\n"
                  "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n"
-                 "  sweep       methods x settings x tasks x contexts into one CSV, resumable\n\n"
+                 "  sweep       methods x settings x tasks x contexts into one CSV, resumable\n"
+                 "  calibrate   per-head bases and ranks of ZACK / FDC / Palu into a calibration file\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -42,6 +43,7 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "bench") return run_bench(argc - 1, argv + 1);
     if (cmd == "eval") return run_eval(argc - 1, argv + 1);
     if (cmd == "sweep") return run_sweep(argc - 1, argv + 1);
+    if (cmd == "calibrate") return run_calibrate(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;
