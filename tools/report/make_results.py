@@ -59,7 +59,7 @@ out = ["# kvcomp results", "",
 acc = [r for r in results if r["task"] != "bench" and r["task"] != "needle" or
        r["task"] == "needle" and opts(r["task_opts"]).get("haystack") == "keys"]
 prose = [r for r in results if r["task"] == "needle" and opts(r["task_opts"]).get("haystack") == "text"]
-bench_dm = [r for r in results if r["task"] == "bench" and r["model"]]
+bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["source"] != "bench_e2e.csv"]
 
 
 def kv_cell(r):
@@ -72,7 +72,10 @@ if acc:
             f"`kvcomp sweep` on {provenance(acc)}. Every row scores the method and the uncompressed cache",
             "(`none`) on the same examples (task data from the seed); KV bytes are per request as allocated (pages",
             "included); ratio = none bytes / method bytes. `window:window=N` keeps the N most recent tokens",
-            "(prefill attends over the whole prompt). Examples per point are few (CPU time): read a value as",
+            "(prefill attends over the whole prompt). `kivi:bits=B`: KIVI (2/4-bit, groups of 32, 32 fp16 residual",
+            "tokens); `zipcache:ratio=r`: ZipCache (the r most salient tokens at 4 bits, the rest at 2, blocks of",
+            "100; its bytes include the fp16 decode window row of 100 tokens held once decoding starts). Quantized",
+            "rows: `tools/report/measure_quant_methods.sh`. Examples per point are few (CPU time): read a value as",
             "k of n, not as a rate.", ""]
     for task in sorted({r["task"] for r in acc}):
         trs = [r for r in acc if r["task"] == task]

@@ -45,33 +45,39 @@ def mean_over_depths(rows):
 
 
 def accuracy_vs_ratio(rows, out_dir):
+    """Score kept (method / none on the same examples; perplexity: none / method, so 1 = no loss and
+    lower = worse) versus compression ratio: one colour per context, one marker and line per method
+    family (window, kivi, zipcache, ...) joining its settings; the uncompressed cache is the line at 1."""
     panels = accuracy_panels(rows)
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 4.4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, ((task, metric), rs) in zip(axes[0], panels.items()):
         pts = mean_over_depths(rs)
         contexts = sorted({c for _, c in pts})
-        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        families = sorted({m.split(":", 1)[0] for m, _ in pts if not m.startswith("none")})
+        markers = {f: "osD^v<>"[i % 7] for i, f in enumerate(families)}
+        lower_better = metric == "perplexity"
         for i, ctx in enumerate(contexts):
-            col = colors[i % len(colors)]
-            mine = sorted((v[0], v[1], m) for (m, c), v in pts.items() if c == ctx and not m.startswith("none"))
-            base = [v[2] for (m, c), v in pts.items() if c == ctx]
-            if base:  # the uncompressed cache's value on the same examples
-                ax.axhline(base[0], color=col, linestyle="--", linewidth=1, label=f"none @ {ctx}")
-            if mine:
-                ax.plot([p[0] for p in mine], [p[1] for p in mine], "o-", color=col, label=f"{ctx} tokens")
+            for fam in families:
+                mine = sorted((v[0], (v[2] / v[1]) if lower_better else (v[1] / v[2]) if v[2] else 0.0, m)
+                              for (m, c), v in pts.items() if c == ctx and m.split(":", 1)[0] == fam)
+                if not mine:
+                    continue
+                ax.plot([p[0] for p in mine], [p[1] for p in mine], marker=markers[fam], linestyle="-",
+                        color=colors[i % len(colors)], label=f"{fam}, {ctx} tokens")
                 for x, y, m in mine:
-                    ax.annotate(m.split(":", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-        if metric == "exact_match":
-            ax.set_ylim(-0.05, 1.05)
+                    ax.annotate(m.split(":", 1)[-1], (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="none (uncompressed)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("compression ratio (none KV bytes / method KV bytes)")
-        ax.set_ylabel(metric + (" (mean over depths)" if task.startswith("needle") else ""))
+        ax.set_ylabel(("none / method " if lower_better else "method / none ") + metric +
+                      (" (mean over depths)" if task.startswith("needle") else ""))
         ax.set_title(task)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("Accuracy versus compression ratio per method (dashed: uncompressed cache, same examples)")
+        ax.legend(fontsize=6)
+    fig.suptitle("Score kept versus compression ratio (each point against the uncompressed cache on the same examples)")
     return _save(fig, out_dir, "accuracy_vs_ratio.png")
 
 
