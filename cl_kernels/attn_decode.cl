@@ -292,16 +292,6 @@ kernel void kvc_attn_decode_merge(global const float * part, ulong ml_off, globa
     const int d = get_global_id(0);
     if (d >= HEAD_DIM) return;
     const ulong hr = get_global_id(2) * (ulong)n_q_heads + get_global_id(1);
-    global const float * ml = part + ml_off + hr * n_splits * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) mx = fmax(mx, ml[2 * s]);
-    float l = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < n_splits; ++s) {
-            const float w = exp2(ml[2 * s] - mx);
-            l += w * ml[2 * s + 1];
-            o += w * part[(hr * n_splits + s) * HEAD_DIM + d];
-        }
-    }
-    out[out_off + hr * HEAD_DIM + d] = l > 0.0f ? o / l : 0.0f;
+    float log2_den;
+    out[out_off + hr * HEAD_DIM + d] = kvc_merge_splits(part, ml_off, hr, n_splits, HEAD_DIM, d, &log2_den);
 }

@@ -282,17 +282,7 @@ kernel void kvc_adq_merge(global const float * part, ulong ml_off, global float 
     const int d = get_global_id(0);
     if (d >= QB_HD) return;
     const ulong hr = get_global_id(2) * (ulong)n_q_heads + get_global_id(1);
-    global const float * ml = part + ml_off + hr * n_splits * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) mx = fmax(mx, ml[2 * s]);
-    float l = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < n_splits; ++s) {
-            const float w = exp2(ml[2 * s] - mx);
-            l += w * ml[2 * s + 1];
-            o += w * part[(hr * n_splits + s) * QB_HD + d];
-        }
-    }
-    out[out_off + hr * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
-    if (d == 0) lse[lse_off + hr] = l > 0.0f ? (mx + log2(l)) * KVC_LN2 : -INFINITY;
+    float log2_den;
+    out[out_off + hr * QB_HD + d] = kvc_merge_splits(part, ml_off, hr, n_splits, QB_HD, d, &log2_den);
+    if (d == 0) lse[lse_off + hr] = log2_den * KVC_LN2;  // -inf stays -inf
 }

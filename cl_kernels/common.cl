@@ -7,6 +7,7 @@
 //     fp16 is storage only (vload_half / vstore_half_rte: no cl_khr_fp16 needed, so NVIDIA's OpenCL
 //     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
+//   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones.
@@ -51,3 +52,24 @@ inline ushort kvc_f32_to_bf16(float f) {
 #define KVC_LDA4_0(p, i) (((const global float4 *)(p))[i])
 #define KVC_LDA4_1(p, i) vloada_half4((i), (p))
 #define KVC_LOADA4(dt, p, i) KVC_CAT(KVC_LDA4_, dt)(p, i)
+
+// Split-KV merge of element d of one (request, query head) row hr: part holds, per split, the row's
+// partial output [n_splits, head_dim] and, from ml_off on, the splits' (running max, sum) pairs in
+// log2 units. Returns the merged output (0 for a row without tokens) and sets *log2_den to log2 of
+// the combined softmax denominator (-INFINITY for a row without tokens).
+inline float kvc_merge_splits(global const float * part, ulong ml_off, ulong hr, int n_splits, int head_dim, int d,
+                              float * log2_den) {
+    global const float * ml = part + ml_off + hr * n_splits * 2;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) mx = fmax(mx, ml[2 * s]);
+    float l = 0.0f, o = 0.0f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < n_splits; ++s) {
+            const float w = exp2(ml[2 * s] - mx);
+            l += w * ml[2 * s + 1];
+            o += w * part[(hr * n_splits + s) * head_dim + d];
+        }
+    }
+    *log2_den = l > 0.0f ? mx + log2(l) : -INFINITY;
+    return l > 0.0f ? o / l : 0.0f;
+}

@@ -105,13 +105,7 @@ void run_attn_decode(cl_backend & be, const op_desc & op) {
         .add("KV_ALIGNED", c.aligned ? 1 : 0);
 
     const tensor & out = op.dst[0];
-    cl_mem part = mem_of(out);  // unused by the kernel when n_splits == 1
-    cl_ulong ml_off = 0;
-    if (n_splits > 1) {
-        const size_t rows = size_t(p.batch * p.n_q_heads) * size_t(n_splits);
-        ml_off = cl_ulong(rows * size_t(d));
-        part = be.scratch((rows * size_t(d) + rows * 2) * sizeof(float));
-    }
+    const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
     const float qscale = p.scale * kLog2e;
 
     cl_kernel k = be.kernel("attn_decode.cl", defs, "kvc_attn_decode_split");

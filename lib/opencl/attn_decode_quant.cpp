@@ -86,13 +86,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
 
     const tensor & out = op.dst[0];
     const tensor & lse = op.dst[1];
-    cl_mem part = mem_of(out);  // unused by the kernel when n_splits == 1
-    cl_ulong ml_off = 0;
-    if (n_splits > 1) {
-        const size_t rows = size_t(p.batch * p.n_q_heads) * size_t(n_splits);
-        ml_off = cl_ulong(rows * size_t(d));
-        part = be.scratch((rows * size_t(d) + rows * 2) * sizeof(float));
-    }
+    const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
     set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]), arg(op.src[5]),
              arg(op.src[6]), arg(out), arg(lse), part, ml_off, to_int(q.n_kv_heads), to_int(p.n_q_heads),
              to_int(p.n_slots), to_int(p.n_win_rows), to_int(p.win_tokens), cl_int(n_splits), to_int(chunk),

@@ -155,6 +155,21 @@ class cl_backend final : public backend {
 inline cl_mem mem_of(const tensor & t) {
     return static_cast<const cl_buffer *>(t.buf)->mem();
 }
+
+// Where the decode-attention kernels write their split-KV partials: with n_splits > 1, a scratch
+// buffer holding per (request, query head, split) the partial output [head_dim] and, from ml_off
+// on, the (max, sum) pairs their merge kernel combines; with one split the kernel writes the output
+// directly and `part` is an unused placeholder.
+struct split_partials {
+    cl_mem part;
+    cl_ulong ml_off;
+};
+inline split_partials split_partials_for(cl_backend & be, const tensor & out, int64_t batch, int64_t n_q_heads,
+                                         int64_t head_dim, int64_t n_splits) {
+    if (n_splits <= 1) return {mem_of(out), 0};
+    const size_t rows = size_t(batch * n_q_heads) * size_t(n_splits);
+    return {be.scratch((rows * size_t(head_dim) + rows * 2) * sizeof(float)), cl_ulong(rows * size_t(head_dim))};
+}
 inline cl_ulong elem_off(const tensor & t) {
     return cl_ulong(t.offset / dtype_size(t.type));
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -231,6 +232,32 @@ double nmse(const float * a, const float * b, size_t n) {
         den += double(b[i]) * b[i];
     }
     return num / den;
+}
+
+std::vector<int64_t> submit_greedy(engine::engine & e, const std::vector<std::vector<int32_t>> & prompts,
+                                   int64_t n_new) {
+    std::vector<int64_t> ids;
+    for (const auto & p : prompts) {
+        engine::generation_request r;
+        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
+        ids.push_back(e.submit(r));
+    }
+    return ids;
+}
+
+std::vector<std::vector<int32_t>> generate_greedy(engine::engine & e, const std::vector<std::vector<int32_t>> & prompts,
+                                                  int64_t n_new) {
+    const std::vector<int64_t> ids = submit_greedy(e, prompts, n_new);
+    e.run();
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) {
+        const auto & res = e.result(id);
+        // A request that did not run to its length is a test failure, not an empty (comparable) list.
+        if (res.finish_reason != "length")
+            throw std::runtime_error("request " + std::to_string(id) + " ended with '" + res.finish_reason + "': " + res.error);
+        out.push_back(res.tokens);
+    }
+    return out;
 }
 
 }  // namespace kvcomp::test

@@ -62,6 +62,14 @@ engine::engine_config tiny_engine_config(const std::string & dir, const std::str
 inline double logits_tolerance(const std::string & backend) { return backend.rfind("cuda", 0) == 0 ? 1e-7 : 1e-9; }
 inline double logprob_tolerance(const std::string & backend) { return backend.rfind("cuda", 0) == 0 ? 1e-3 : 1e-4; }
 
+// Submits one greedy request per prompt (n_new tokens, no EOS stop) to `e` and returns their ids.
+std::vector<int64_t> submit_greedy(engine::engine & e, const std::vector<std::vector<int32_t>> & prompts,
+                                   int64_t n_new);
+// Greedy tokens of each prompt, all submitted to one engine (continuous batching) and run; throws
+// std::runtime_error (a failing test) if a request ends other than by reaching its length.
+std::vector<std::vector<int32_t>> generate_greedy(engine::engine & e, const std::vector<std::vector<int32_t>> & prompts,
+                                                  int64_t n_new);
+
 // ||a - b||^2 / ||b||^2 over n values, in double.
 double nmse(const float * a, const float * b, size_t n);
 inline double nmse(const std::vector<float> & a, const std::vector<float> & b) {

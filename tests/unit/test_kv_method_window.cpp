@@ -36,24 +36,6 @@ engine::engine_config tiny_config(const std::string & backend, const std::string
 
 
 
-// Greedy tokens of each prompt, all submitted to one engine (continuous batching).
-std::vector<std::vector<int32_t>> generate(engine::engine & e,
-                                           const std::vector<std::vector<int32_t>> & prompts, int64_t n_new) {
-    std::vector<int64_t> ids;
-    for (const auto & p : prompts) {
-        engine::generation_request r;
-        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
-        ids.push_back(e.submit(r));
-    }
-    e.run();
-    std::vector<std::vector<int32_t>> out;
-    for (int64_t id : ids) {
-        EXPECT_EQ(e.result(id).finish_reason, "length") << e.result(id).error;
-        out.push_back(e.result(id).tokens);
-    }
-    return out;
-}
-
 // The method alone on the CPU backend, with the tiny model's shapes.
 std::unique_ptr<engine::kv_method> make_window(backend & be, int64_t window, int64_t n_pages,
                                                int64_t max_requests) {
@@ -82,7 +64,7 @@ TEST_P(window_on, window_covering_the_sequence_equals_none) {
     const int64_t n_new = 12;  // longest sequence: 33 + 12 - 1 = 44 cached tokens
     engine::engine none(tiny_config(GetParam(), "none", 0)), win(tiny_config(GetParam(), "window", 44));
     EXPECT_EQ(win.prompt_logits(prompts[2]), none.prompt_logits(prompts[2]));
-    EXPECT_EQ(generate(win, prompts, n_new), generate(none, prompts, n_new));
+    EXPECT_EQ(test::generate_greedy(win, prompts, n_new), test::generate_greedy(none, prompts, n_new));
     EXPECT_EQ(win.stats().pages_in_use, 0);
     EXPECT_EQ(win.stats().method_pages_in_use, 0);
 }
@@ -175,11 +157,11 @@ TEST_P(window_on, greedy_tokens_match_windowed_reference_and_rings_are_reused) {
     auto cfg = tiny_config(GetParam(), "window", N);
     cfg.max_batch = 2;
     engine::engine e(cfg);
-    const auto batched = generate(e, prompts, n_new);
+    const auto batched = test::generate_greedy(e, prompts, n_new);
     EXPECT_EQ(batched[0], test::reference_greedy(tiny_dir(), prompts[0], n_new, {N, 0}));
     for (size_t i = 1; i < prompts.size(); ++i) {
         engine::engine alone(tiny_config(GetParam(), "window", N));
-        EXPECT_EQ(generate(alone, {prompts[i]}, n_new)[0], batched[i]) << "request " << i;
+        EXPECT_EQ(test::generate_greedy(alone, {prompts[i]}, n_new)[0], batched[i]) << "request " << i;
     }
     // (5) Everything returned: the engine's page pool and the method's rings.
     EXPECT_EQ(e.stats().pages_in_use, 0);
@@ -261,7 +243,7 @@ TEST(kv_method_window, rings_return_after_prompt_logits_and_tiny_windows) {
     const auto logits = e.prompt_logits(test::make_prompt(40, 3));
     EXPECT_EQ(logits.size(), size_t(40 * 300));
     EXPECT_EQ(e.stats().method_pages_in_use, 0);
-    const auto out = generate(e, {test::make_prompt(9, 1), test::make_prompt(30, 2)}, 6);
+    const auto out = test::generate_greedy(e, {test::make_prompt(9, 1), test::make_prompt(30, 2)}, 6);
     EXPECT_EQ(out[0], test::reference_greedy(tiny_dir(), test::make_prompt(9, 1), 6, {1, 0}));
     EXPECT_EQ(e.stats().pages_in_use, 0);
     EXPECT_EQ(e.stats().method_pages_in_use, 0);

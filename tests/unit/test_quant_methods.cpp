@@ -132,23 +132,6 @@ std::vector<double> step_nmse(const forced_run & r, size_t b, const std::vector<
     return out;
 }
 
-std::vector<std::vector<int32_t>> generate(engine::engine & e, const std::vector<std::vector<int32_t>> & prompts,
-                                           int64_t n_new) {
-    std::vector<int64_t> ids;
-    for (const auto & p : prompts) {
-        engine::generation_request r;
-        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
-        ids.push_back(e.submit(r));
-    }
-    e.run();
-    std::vector<std::vector<int32_t>> out;
-    for (int64_t id : ids) {
-        EXPECT_EQ(e.result(id).finish_reason, "length") << e.result(id).error;
-        out.push_back(e.result(id).tokens);
-    }
-    return out;
-}
-
 engine::engine_config engine_cfg(const std::string & backend, const std::string & method,
                                  const engine::method_options & o = {}) {
     engine::engine_config c = test::tiny_engine_config(tiny_dir(), backend);
@@ -184,7 +167,7 @@ TEST_P(quant_methods_on, kivi_window_covering_the_sequence_matches_reference_and
                                                        test::make_prompt(33, 4)};
     engine::engine none(engine_cfg(GetParam(), "none"));
     engine::engine kivi(engine_cfg(GetParam(), "kivi", {{"residual", "256"}, {"group", "32"}}));
-    EXPECT_EQ(generate(kivi, prompts, 12), generate(none, prompts, 12));
+    EXPECT_EQ(test::generate_greedy(kivi, prompts, 12), test::generate_greedy(none, prompts, 12));
     EXPECT_EQ(kivi.stats().method_pages_in_use, 0);
     EXPECT_EQ(kivi.stats().pages_in_use, 0);
 }
@@ -319,12 +302,7 @@ TEST(quant_methods, engine_peaks_and_release) {
     const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(40, 1), test::make_prompt(23, 2),
                                                        test::make_prompt(70, 3)};
     const int64_t n_new = 35;  // 34 decode steps: 2 flushes
-    std::vector<int64_t> ids;
-    for (const auto & p : prompts) {
-        engine::generation_request r;
-        r.prompt = p, r.max_new_tokens = n_new, r.stop_at_eos = false;
-        ids.push_back(e.submit(r));
-    }
+    const std::vector<int64_t> ids = test::submit_greedy(e, prompts, n_new);
     e.run();
     auto prompt_blocks = [&](int64_t n) {
         const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;

@@ -7,6 +7,7 @@ memory is recorded as such and the others still run."""
 import argparse, json, time
 
 import torch
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 ap = argparse.ArgumentParser()
@@ -53,4 +54,5 @@ for pt in a.points.split(","):
         rows.append(dict(batch=B, prompt=P, error="out of memory: " + str(e).splitlines()[0]))
     print(rows[-1], flush=True)
     torch.cuda.empty_cache()
-json.dump(dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, rows=rows), open(a.out, "w"), indent=1)
+json.dump(dict(device=torch.cuda.get_device_name(0), torch=torch.__version__, transformers=transformers.__version__,
+               rows=rows), open(a.out, "w"), indent=1)

@@ -147,7 +147,7 @@ if ops:
     commit = ops[0]["commit"]
     date = ops[0]["date"][:10]
     out += ["## Paged fp16 decode attention (bench_ops)", "",
-            f"Run of {date}, commit `{commit}`, `bench_ops -b cuda,opencl` on the GPU host. 32 query heads, 8 KV heads,",
+            f"Run of {date}, commit `{commit}`, `bench_ops -b {','.join(sorted({r['backend'] for r in ops}))}` on the GPU host. 32 query heads, 8 KV heads,",
             "head dim 128, page size 16; time = median of 20 device-timed runs; GB/s counts the K and V bytes of",
             "every cached token plus q and out; the copy bandwidth (bytes read + written) is measured by the same",
             "binary on the same device in the same run.", "",
@@ -231,8 +231,9 @@ if e2e:
             "every request of the batch has its first token; TBT is the median gap between tokens; floor = (weight",
             "bytes + the batch's KV bytes) / copy bandwidth of the run; KV bytes per request = the most the method held",
             "(`none`: fp16 pages; `kivi`: 2-bit blocks of 32 + 32-token fp16 residual; `zipcache`: 4/2-bit blocks of",
-            "100 with saliency + its fp16 decode window row). transformers 5.17 `LlamaForCausalLM` (bf16, sdpa,",
-            "dynamic cache, last-position logits only) was timed in the same visit by `tools/gpu_host/hf_speed.py`.", "",
+            "100 with saliency + its fp16 decode window row). transformers' `LlamaForCausalLM` (bf16, sdpa,",
+            f"dynamic cache, last-position logits only; torch {hf['torch'] if hf else '–'}) was timed in the same visit by",
+            "`tools/gpu_host/hf_speed.py`.", "",
             "| method | backend | batch | prompt | TTFT ms | TBT ms | decode tok/s | KV bytes / request | floor ms | TBT / floor | transformers TTFT ms | transformers TBT ms | transformers tok/s | speed-up (tok/s) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(e2e, key=lambda r: (r["method"] != "none", r["method"], r["backend"], int(r["batch"]), int(r["prompt"]))):
