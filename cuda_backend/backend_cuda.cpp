@@ -69,7 +69,9 @@ const char * op_label(op_type t) {
     static const char * const names[] = {"copy",   "add",       "gemm",        "rms_norm",
                                          "rope",   "silu_mul",  "softmax",     "get_rows",
                                          "argmax", "kv_append", "attn_decode", "attn_prefill",
-                                         "kv_quantize", "attn_decode_quant", "probe_scores"};
+                                         "kv_quantize", "attn_decode_quant", "probe_scores",
+                                         "head_project", "kv_append_ragged", "attn_decode_ragged",
+                                         "attn_prefill_ragged", "attn_decode_palu"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(op_type::count), "op_label is out of date");
     return size_t(t) < size_t(op_type::count) ? names[size_t(t)] : "?";
 }
@@ -141,6 +143,11 @@ class cuda_backend : public backend {
             case op_type::kv_quantize: return supports_kv_quantize(op);
             case op_type::attn_decode_quant: return supports_attn_decode_quant(op);
             case op_type::probe_scores: return supports_probe_scores(op);
+            case op_type::head_project:
+            case op_type::kv_append_ragged:
+            case op_type::attn_decode_ragged:
+            case op_type::attn_prefill_ragged:
+            case op_type::attn_decode_palu: return support::no("low-rank ops are not implemented on CUDA yet");
             case op_type::count: return support::no("unknown op");
             default: return support::yes();
         }
@@ -218,7 +225,7 @@ class cuda_backend : public backend {
             case op_type::kv_quantize: run_kv_quantize(ctx_, op); break;
             case op_type::attn_decode_quant: run_attn_decode_quant(ctx_, op); break;
             case op_type::probe_scores: run_probe_scores(ctx_, op); break;
-            case op_type::count: KVCOMP_THROW(status::internal, name(), ": op_type::count is not an op");
+            default: KVCOMP_THROW(status::internal, name(), ": no kernel for op ", op_label(op.type));
         }
         if (debug_sync_) {
             const cudaError_t e = cudaStreamSynchronize(ctx_.stream);

@@ -26,6 +26,11 @@ const char * op_name(op_type t) {
         case op_type::kv_quantize: return "kv_quantize";
         case op_type::attn_decode_quant: return "attn_decode_quant";
         case op_type::probe_scores: return "probe_scores";
+        case op_type::head_project: return "head_project";
+        case op_type::kv_append_ragged: return "kv_append_ragged";
+        case op_type::attn_decode_ragged: return "attn_decode_ragged";
+        case op_type::attn_prefill_ragged: return "attn_prefill_ragged";
+        case op_type::attn_decode_palu: return "attn_decode_palu";
         case op_type::count: break;
     }
     return "?";
@@ -103,6 +108,34 @@ struct param_printer {
            << ",kv_heads=" << p.n_kv_heads << ",hd=" << p.head_dim << ",row_tokens=" << p.row_tokens
            << ",lse=" << (p.use_lse ? 1 : 0);
     }
+    void operator()(const head_project_params & p) {
+        os << "tokens=" << p.n_tokens << ",heads=" << p.n_heads << ",in=" << p.in_total << ",out=" << p.out_total
+           << ",basis=" << p.n_basis;
+    }
+    void ragged(const ragged_layout & l) {
+        os << "pages=" << l.n_pages << ",kv_heads=" << l.n_kv_heads << ",page=" << l.page_size
+           << ",k_total=" << l.k_total << ",v_total=" << l.v_total << ",max_width=" << l.max_width;
+    }
+    void operator()(const kv_append_ragged_params & p) {
+        ragged(p.kv);
+        os << ",tokens=" << p.n_tokens << ",batch=" << p.batch;
+    }
+    void operator()(const attn_decode_ragged_params & p) {
+        os << "batch=" << p.batch << ",q_heads=" << p.n_q_heads << ",";
+        ragged(p.kv);
+        os << ",max_len=" << p.max_seq_len << ",tasks=" << p.n_tasks;
+    }
+    void operator()(const attn_prefill_ragged_params & p) {
+        os << "batch=" << p.batch << ",tokens=" << p.n_tokens << ",q_heads=" << p.n_q_heads
+           << ",kv_heads=" << p.n_kv_heads << ",k_total=" << p.k_total << ",v_total=" << p.v_total
+           << ",max_width=" << p.max_width << ",max_len=" << p.max_seq_len << ",balanced=" << (p.balanced ? 1 : 0);
+    }
+    void operator()(const attn_decode_palu_params & p) {
+        os << "batch=" << p.batch << ",q_heads=" << p.n_q_heads << ",hd=" << p.head_dim << ",rot=" << p.rot_dim
+           << ",";
+        ragged(p.kv);
+        os << ",max_len=" << p.max_seq_len << ",tasks=" << p.n_tasks;
+    }
 };
 
 // Validation helpers: each failure names the op (with parameters), the operand and the value.
@@ -160,6 +193,18 @@ void check_kv(const checker & c, const kv_layout & l) {
     c.positive(l.head_dim, "head_dim");
 }
 
+void check_ragged(const checker & c, const ragged_layout & l) {
+    c.positive(l.n_pages, "n_pages");
+    c.positive(l.n_kv_heads, "n_kv_heads");
+    c.positive(l.page_size, "page_size");
+    c.positive(l.k_total, "k_total");
+    c.positive(l.v_total, "v_total");
+    KVCOMP_CHECK_ARG(l.max_width > 0 && l.max_width <= max_ragged_width, c.what(), ": max_width must be in [1, ",
+                     max_ragged_width, "], got ", l.max_width);
+    KVCOMP_CHECK_ARG(l.k_total >= l.n_kv_heads && l.v_total >= l.n_kv_heads, c.what(),
+                     ": every KV head needs at least one K and one V dim");
+}
+
 }  // namespace
 
 template <typename P>
@@ -193,6 +238,11 @@ KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_params)
 KVCOMP_INSTANTIATE_MAKE_OP(kv_quantize_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_quant_params)
 KVCOMP_INSTANTIATE_MAKE_OP(probe_scores_params)
+KVCOMP_INSTANTIATE_MAKE_OP(head_project_params)
+KVCOMP_INSTANTIATE_MAKE_OP(kv_append_ragged_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_ragged_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_ragged_params)
+KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_palu_params)
 #undef KVCOMP_INSTANTIATE_MAKE_OP
 
 std::string describe(const op_desc & op) {
@@ -433,6 +483,103 @@ void check_op(const op_desc & op) {
             c.operand(s[3], "key_pos", {i32}, p.n_keys);
             if (p.use_lse) c.operand(s[4], "lse", {f32}, std::max<int64_t>(p.n_probes, 1) * p.n_q_heads);
             c.operand(d[0], "scores", {f32}, p.n_kv_heads * p.n_keys);
+            break;
+        }
+        case op_type::head_project: {
+            const auto & p = op.get<head_project_params>();
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.n_heads, "n_heads");
+            c.positive(p.in_total, "in_total");
+            c.positive(p.out_total, "out_total");
+            c.positive(p.n_basis, "n_basis");
+            c.operand(s[0], "x", {f32}, std::max<int64_t>(p.n_tokens, 1) * p.in_total);
+            c.operand(s[1], "bases", {f32}, p.n_basis);
+            c.operand(s[2], "table", {i32}, p.n_heads * 5);
+            c.operand(d[0], "dst", {f32}, std::max<int64_t>(p.n_tokens, 1) * p.out_total);
+            break;
+        }
+        case op_type::kv_append_ragged: {
+            const auto & p = op.get<kv_append_ragged_params>();
+            check_ragged(c, p.kv);
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.batch, "batch");
+            c.positive(p.nnz_pages, "nnz_pages");
+            const int64_t n = std::max<int64_t>(p.n_tokens, 1);
+            c.operand(s[0], "k_new", {f32}, n * p.kv.k_total);
+            c.operand(s[1], "v_new", {f32}, n * p.kv.v_total);
+            c.operand(s[2], "batch_idx", {i32}, n);
+            c.operand(s[3], "positions", {i32}, n);
+            c.operand(s[4], "indptr", {i32}, p.batch + 1);
+            c.operand(s[5], "indices", {i32}, p.nnz_pages);
+            c.operand(s[6], "heads", {i32}, p.kv.n_kv_heads * 4);
+            c.operand(d[0], "k_pages", {f16}, p.kv.n_pages * p.kv.page_size * p.kv.k_total);
+            c.operand(d[1], "v_pages", {f16}, p.kv.n_pages * p.kv.page_size * p.kv.v_total);
+            break;
+        }
+        case op_type::attn_decode_ragged:
+        case op_type::attn_decode_palu: {
+            const bool palu = op.type == op_type::attn_decode_palu;
+            const ragged_layout & kv = palu ? op.get<attn_decode_palu_params>().kv
+                                            : op.get<attn_decode_ragged_params>().kv;
+            int64_t batch, n_q_heads, nnz_pages, max_seq_len, n_tasks;
+            if (palu) {
+                const auto & p = op.get<attn_decode_palu_params>();
+                batch = p.batch, n_q_heads = p.n_q_heads, nnz_pages = p.nnz_pages, max_seq_len = p.max_seq_len,
+                n_tasks = p.n_tasks;
+                c.positive(p.head_dim, "head_dim");
+                KVCOMP_CHECK_ARG(p.head_dim <= max_ragged_width, c.what(), ": head_dim must be <= ",
+                                 max_ragged_width, ", got ", p.head_dim);
+                KVCOMP_CHECK_ARG(p.rot_dim > 0 && p.rot_dim % 2 == 0 && p.rot_dim <= p.head_dim, c.what(),
+                                 ": rot_dim must be even and in (0, head_dim], got ", p.rot_dim);
+            } else {
+                const auto & p = op.get<attn_decode_ragged_params>();
+                batch = p.batch, n_q_heads = p.n_q_heads, nnz_pages = p.nnz_pages, max_seq_len = p.max_seq_len,
+                n_tasks = p.n_tasks;
+            }
+            check_ragged(c, kv);
+            c.positive(batch, "batch");
+            c.positive(n_q_heads, "n_q_heads");
+            c.positive(nnz_pages, "nnz_pages");
+            c.non_negative(max_seq_len, "max_seq_len");
+            c.non_negative(n_tasks, "n_tasks");
+            KVCOMP_CHECK_ARG(n_q_heads % kv.n_kv_heads == 0, c.what(), ": n_q_heads (", n_q_heads,
+                             ") must be a multiple of n_kv_heads (", kv.n_kv_heads, ")");
+            const int64_t g = n_q_heads / kv.n_kv_heads;
+            const int64_t hd = palu ? op.get<attn_decode_palu_params>().head_dim : 0;
+            c.operand(s[0], "q", {f32}, palu ? batch * n_q_heads * hd : batch * g * kv.k_total);
+            c.operand(s[1], "k_pages", {f16}, kv.n_pages * kv.page_size * kv.k_total);
+            c.operand(s[2], "v_pages", {f16}, kv.n_pages * kv.page_size * kv.v_total);
+            c.operand(s[3], "indptr", {i32}, batch + 1);
+            c.operand(s[4], "indices", {i32}, nnz_pages);
+            c.operand(s[5], "last_page_len", {i32}, batch);
+            c.operand(s[6], "heads", {i32}, kv.n_kv_heads * 4);
+            c.operand(s[7], "schedule", {i32}, std::max<int64_t>(n_tasks, 1) * 4);
+            c.operand(s[8], "merge", {i32}, batch * kv.n_kv_heads + 1 + n_tasks);
+            if (palu)
+                c.operand(s[9], "aux", {f32}, hd * kv.k_total + op.get<attn_decode_palu_params>().rot_dim / 2);
+            c.operand(d[0], "out", {f32}, batch * g * kv.v_total);
+            break;
+        }
+        case op_type::attn_prefill_ragged: {
+            const auto & p = op.get<attn_prefill_ragged_params>();
+            c.positive(p.batch, "batch");
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.positive(p.n_q_heads, "n_q_heads");
+            c.positive(p.n_kv_heads, "n_kv_heads");
+            c.positive(p.k_total, "k_total");
+            c.positive(p.v_total, "v_total");
+            c.non_negative(p.max_seq_len, "max_seq_len");
+            KVCOMP_CHECK_ARG(p.max_width > 0 && p.max_width <= max_ragged_width, c.what(),
+                             ": max_width must be in [1, ", max_ragged_width, "], got ", p.max_width);
+            KVCOMP_CHECK_ARG(p.n_q_heads % p.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
+                             ") must be a multiple of n_kv_heads (", p.n_kv_heads, ")");
+            const int64_t g = p.n_q_heads / p.n_kv_heads, n = std::max<int64_t>(p.n_tokens, 1);
+            c.operand(s[0], "q", {f32}, n * g * p.k_total);
+            c.operand(s[1], "k", {f16}, n * p.k_total);
+            c.operand(s[2], "v", {f16}, n * p.v_total);
+            c.operand(s[3], "seq_indptr", {i32}, p.batch + 1);
+            c.operand(s[4], "heads", {i32}, p.n_kv_heads * 4);
+            c.operand(d[0], "out", {f32}, n * g * p.v_total);
             break;
         }
         case op_type::count: break;

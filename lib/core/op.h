@@ -41,6 +41,11 @@ enum class op_type : int32_t {
     kv_quantize,        // quantize tokens into quantized KV blocks (core/qblock.h)
     attn_decode_quant,  // decode attention over quantized blocks plus an fp16 window
     probe_scores,       // attention column sums of probe queries (ZipCache saliency)
+    head_project,        // per-head product with a per-head basis (low-rank Q/K projection, weight folding)
+    kv_append_ragged,    // write new K/V tokens into ragged pages (each KV head its own width)
+    attn_decode_ragged,  // decode attention over ragged pages, scheduled by a host task list
+    attn_prefill_ragged, // causal prefill attention with per-head Q/K and V widths
+    attn_decode_palu,    // decode attention over latent pre-RoPE K (reconstructed + RoPE per step)
     count
 };
 
@@ -212,12 +217,102 @@ struct probe_scores_params {
     bool use_lse = false;
 };
 
+
+// ---- Low-rank KV (ZACK, FDC, Palu): per-head widths ----------------------------------------------
+//
+// Ragged heads: each KV head c keeps its own number of K dims and V dims. The table
+//   heads i32 [n_kv_heads, 4] = (k_width, k_offset, v_width, v_offset) per KV head,
+// widths in [1, max_width], offsets the prefix sums of the widths (k_total = sum of k_width,
+// v_total = sum of v_width). Query head h (g = n_q_heads / n_kv_heads, c = h / g, i = h % g)
+// takes its KV head's widths: a packed q row has g * k_total values, head h's at
+//   [g * k_offset[c] + i * k_width[c], + k_width[c]);
+// a packed output row has g * v_total values, head h's at [g * v_offset[c] + i * v_width[c], + v_width[c]).
+// Ragged pages (one pool per layer; the page table is the FlashInfer one at the top of this file):
+//   k_pages f16 [n_pages, page_size * k_total]: head c's part of page p starts at element
+//   p * page_size * k_total + page_size * k_offset[c], token slot s at + s * k_width[c]
+//   (each head's tokens contiguous in the page); v_pages alike with the v widths.
+// The host builds and checks the table (backends trust it, as they trust page tables).
+struct ragged_layout {
+    int64_t n_pages = 0, n_kv_heads = 0, page_size = 0, k_total = 0, v_total = 0, max_width = 0;
+};
+constexpr int64_t max_ragged_width = 256;  // widest head a kernel must handle (registers / local memory)
+
+// Decode task list of the ragged decode ops (built on the host, e.g. host/lowrank/decode_schedule.h):
+//   schedule i32 [n_tasks, 4]: (request b, KV head c, first token, end token) in execution order:
+//     work-group i runs row i (all g query heads of c over tokens [first, end) of request b);
+//   merge i32 [batch * n_kv_heads + 1 + n_tasks]: ptr[0 .. batch*n_kv_heads] then task numbers: the
+//     tasks of (b, c) are merge[ptr + merge[b*n_kv+c] .. ptr + merge[b*n_kv+c+1]) (ptr = batch*n_kv+1),
+//     in token order, and together cover [0, seq_len(b)) exactly once. A (b, c) without tasks
+//     (empty request) gives zeros. The output does not depend on the schedule (up to rounding).
+
+// dst0[t, out_offset(h) + j] = sum_i src0[t, in_offset(h) + i] * basis_h[i, j], j < out_width(h),
+// for every head h. src0 x f32 [n_tokens, in_total]; src1 bases f32 [n_basis]: basis_h is
+// in_width(h) x out_width(h), row-major, at basis_offset(h) (heads may share a basis);
+// src2 table i32 [n_heads, 5] = (in_offset, in_width, basis_offset, out_offset, out_width);
+// dst0 f32 [n_tokens, out_total] (columns no head names are left as they are). fp32 accumulation.
+// Widths in [1, max_ragged_width]; the host checks that every range lies inside its row.
+struct head_project_params {
+    int64_t n_tokens = 0, n_heads = 0, in_total = 0, out_total = 0, n_basis = 0;
+};
+
+// Writes n_tokens new tokens into ragged pages (as kv_append, widths per head).
+// src0 k_new f32 [n_tokens, k_total], src1 v_new f32 [n_tokens, v_total] (packed by head: head c's
+// values at its offset); src2 batch_idx, src3 positions i32 [n_tokens]; src4 indptr i32 [batch+1];
+// src5 indices i32 [nnz_pages]; src6 heads i32 [n_kv_heads, 4]; dst0 k_pages, dst1 v_pages (f16).
+struct kv_append_ragged_params {
+    ragged_layout kv;
+    int64_t n_tokens = 0, batch = 0, nnz_pages = 0;
+};
+
+// Decode attention in the reduced dims: logits scale * q'.k', softmax over each request's tokens,
+// output sum p v' (v_width(c) values per query head, no decompression). scale is the model's
+// 1/sqrt(original head_dim). src0 q f32 [batch, g * k_total]; src1 k_pages, src2 v_pages (ragged);
+// src3 indptr, src4 indices, src5 last_page_len; src6 heads i32 [n_kv_heads, 4];
+// src7 schedule i32 [n_tasks, 4]; src8 merge i32 [batch * n_kv_heads + 1 + n_tasks];
+// dst0 out f32 [batch, g * v_total].
+struct attn_decode_ragged_params {
+    ragged_layout kv;
+    int64_t batch = 0, n_q_heads = 0, nnz_pages = 0, max_seq_len = 0, n_tasks = 0;
+    float scale = 1.0f;
+};
+
+// Causal prefill attention with per-head widths (ragged heads, as attn_prefill otherwise).
+// src0 q f32 [n_tokens, g * k_total]; src1 k f16 [n_tokens, k_total]; src2 v f16 [n_tokens, v_total];
+// src3 seq_indptr i32 [batch+1]; src4 heads i32 [n_kv_heads, 4]; dst0 out f32 [n_tokens, g * v_total].
+// balanced: row blocks of query head h scaled by d_sum^max / d_sum^h, d_sum = k_width + v_width + 1
+// (ZACK/FDC §5.3), so every work-group does about the same work; false: one row-block size for all
+// heads (the plain kernel). Results do not depend on it (up to rounding).
+struct attn_prefill_ragged_params {
+    int64_t batch = 0, n_tokens = 0, n_q_heads = 0, n_kv_heads = 0, k_total = 0, v_total = 0, max_width = 0;
+    int64_t max_seq_len = 0;
+    float scale = 1.0f;
+    bool balanced = true;
+};
+
+// Palu's decode: K is cached as a pre-RoPE latent of k_width(c) dims per KV head and reconstructed
+// for every cached token at every step: key = RoPE_pos(latent . B_c) with B_c [k_width(c), head_dim]
+// and pos = the token's index in its request; attention at the full head_dim with the post-RoPE q;
+// V is a latent (its up-projection lives in W_O), output v_width(c) values per query head.
+// src0 q f32 [batch, n_q_heads * head_dim]; src1 k_pages, src2 v_pages (ragged, latents);
+// src3 indptr, src4 indices, src5 last_page_len; src6 heads i32 [n_kv_heads, 4];
+// src7 schedule, src8 merge (as attn_decode_ragged); src9 aux f32: B_c at head_dim * k_offset[c]
+// (row-major), then inv_freq [rot_dim / 2] at head_dim * k_total (angle = pos * inv_freq[i], the
+// rope op's angle with theta and freq_factors folded in); dst0 out f32 [batch, g * v_total].
+struct attn_decode_palu_params {
+    ragged_layout kv;
+    int64_t batch = 0, n_q_heads = 0, head_dim = 0, rot_dim = 0, nnz_pages = 0, max_seq_len = 0, n_tasks = 0;
+    rope_style style = rope_style::neox;
+    float scale = 1.0f;
+};
+
 using op_params = std::variant<copy_params, add_params, gemm_params, rms_norm_params, rope_params,
                                silu_mul_params, softmax_params, get_rows_params, argmax_params,
                                kv_append_params, attn_decode_params, attn_prefill_params, kv_quantize_params,
-                               attn_decode_quant_params, probe_scores_params>;
+                               attn_decode_quant_params, probe_scores_params, head_project_params,
+                               kv_append_ragged_params, attn_decode_ragged_params, attn_prefill_ragged_params,
+                               attn_decode_palu_params>;
 
-constexpr int max_op_src = 8;
+constexpr int max_op_src = 10;
 constexpr int max_op_dst = 2;
 
 struct op_desc {

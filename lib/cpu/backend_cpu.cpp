@@ -51,7 +51,7 @@ protected:
             case op_type::kv_quantize: return run_kv_quantize(op);
             case op_type::attn_decode_quant: return run_attn_decode_quant(op);
             case op_type::probe_scores: return run_probe_scores(op);
-            case op_type::count: break;
+            default: break;
         }
         KVCOMP_THROW(status::internal, "cpu: unhandled op ", describe(op));
     }

@@ -425,6 +425,12 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
             return supports_probe_scores(*this, op);
+        case op_type::head_project:
+        case op_type::kv_append_ragged:
+        case op_type::attn_decode_ragged:
+        case op_type::attn_prefill_ragged:
+        case op_type::attn_decode_palu:
+            return support::no("low-rank ops are not implemented on OpenCL yet");
         case op_type::count:
             return support::no("unknown op");
         default:
@@ -479,7 +485,7 @@ void cl_backend::run_checked(const op_desc & op) {
         case op_type::probe_scores:
             run_probe_scores(*this, op);
             break;
-        case op_type::count:
+        default:
             KVCOMP_THROW(status::internal, "opencl: unhandled op ", describe(op));
     }
     if (debug_sync()) {
