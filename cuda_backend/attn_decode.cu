@@ -266,31 +266,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
     }
     __syncthreads();
 
-    for (int idx = tid; idx < nh * D; idx += kThreads) {
-        const int i = idx / D, d = idx % D;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * QP + i]);
-        float val = 0.0f, lse = -INFINITY;
-        if (mx != -INFINITY) {
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float wt = exp2f(sm_m[w * QP + i] - mx);  // 0 for a warp that saw no token
-                num = fmaf(wt, sm_o[(w * QP + i) * D + d], num);
-                den = fmaf(wt, sm_l[w * QP + i], den);
-            }
-            val = num / den;
-            lse = mx + log2f(den);
-        }
-        const int64_t row = int64_t(b) * a.n_q_heads + h0 + i;
-        if (a.n_splits == 1) {
-            a.out[row * D + d] = val;
-        } else {
-            a.part_o[(row * a.n_splits + split) * D + d] = val;
-            if (d == 0) a.part_lse[row * a.n_splits + split] = lse;
-        }
-    }
+    store_block_result<D, QP, kWarps>(sm_o, sm_m, sm_l, nh, int64_t(b) * a.n_q_heads + h0,
+                                      decode_dst{a.out, nullptr, a.part_o, a.part_lse, a.n_splits, split});
 }
 
 // out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); zeros when no split saw a token.

@@ -1,5 +1,5 @@
-// Warp-level helpers of the split-KV decode kernels (attn_decode.cu, attn_decode_quant.cu): the
-// GQA score reduce-scatter and fp16 unpacking.
+// Helpers of the split-KV decode kernels (attn_decode.cu, attn_decode_quant*.cu): the GQA score
+// reduce-scatter, fp16 unpacking and the final merge of a block's warps (store_block_result).
 //
 // Mapping they assume: L lanes (a power of two <= 32) share one token row, each holding a slice of
 // the features; a warp holds 32 / L token groups. For QP query heads (QP <= L) every lane has QP
@@ -73,6 +73,54 @@ __device__ __forceinline__ void unpack8(const uint4 & r, float (&f)[8]) {
         const float2 t = __half22float2(h[k]);
         f[2 * k] = t.x;
         f[2 * k + 1] = t.y;
+    }
+}
+
+// Where a decode block writes its result: with one split the final out [rows, D] (and lse [rows]
+// in natural log when lse is not null); else its split's normalized partial part_o [rows,
+// n_splits, D] and log2 lse part_lse [rows, n_splits] for the split merge kernel.
+struct decode_dst {
+    float * out;
+    float * lse;
+    float * part_o;
+    float * part_lse;
+    int n_splits, split;
+};
+
+// Merges the NW warps of a block. Each warp has left in shared memory its unnormalized o
+// sm_o [NW][QP][D] (relative to its own running max), the max sm_m [NW][QP] and the sum
+// sm_l [NW][QP], in log2 units; a warp that saw no token has m = -inf. Writes heads i < nh
+// (rows row0 + i) to dst; a head no warp saw gives o = 0 and lse = -inf. All threads of the
+// block call it after a barrier that makes the warps' values visible.
+template <int D, int QP, int NW>
+__device__ __forceinline__ void store_block_result(const float * sm_o, const float * sm_m, const float * sm_l,
+                                                   int nh, int64_t row0, const decode_dst & dst) {
+    constexpr float ln2 = 0.6931471805599453f;
+    for (int idx = threadIdx.x; idx < nh * D; idx += blockDim.x) {
+        const int i = idx / D, d = idx % D;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, sm_m[w * QP + i]);
+        float val = 0.0f, lse2 = -INFINITY;
+        if (mx != -INFINITY) {
+            float num = 0.0f, den = 0.0f;
+#pragma unroll
+            for (int w = 0; w < NW; ++w) {
+                const float wt = exp2f(sm_m[w * QP + i] - mx);  // 0 for a warp that saw no token
+                num = fmaf(wt, sm_o[(w * QP + i) * D + d], num);
+                den = fmaf(wt, sm_l[w * QP + i], den);
+            }
+            val = num / den;
+            lse2 = mx + log2f(den);
+        }
+        const int64_t row = row0 + i;
+        if (dst.n_splits == 1) {
+            dst.out[row * D + d] = val;
+            if (dst.lse && d == 0) dst.lse[row] = lse2 * ln2;  // -inf stays -inf
+        } else {
+            dst.part_o[(row * dst.n_splits + dst.split) * D + d] = val;
+            if (d == 0) dst.part_lse[row * dst.n_splits + dst.split] = lse2;
+        }
     }
 }
 
