@@ -147,7 +147,7 @@ class cuda_backend : public backend {
             case op_type::kv_append_ragged: return supports_kv_append_ragged(op);
             case op_type::attn_decode_ragged: return supports_attn_decode_ragged(op);
             case op_type::attn_prefill_ragged: return supports_attn_prefill_ragged(op);
-            case op_type::attn_decode_palu: return support::no("low-rank ops are not implemented on CUDA yet");
+            case op_type::attn_decode_palu: return supports_attn_decode_palu(op);
             case op_type::count: return support::no("unknown op");
             default: return support::yes();
         }
@@ -229,6 +229,7 @@ class cuda_backend : public backend {
             case op_type::kv_append_ragged: run_kv_append_ragged(ctx_, op); break;
             case op_type::attn_decode_ragged: run_attn_decode_ragged(ctx_, op); break;
             case op_type::attn_prefill_ragged: run_attn_prefill_ragged(ctx_, op); break;
+            case op_type::attn_decode_palu: run_attn_decode_palu(ctx_, op); break;
             default: KVCOMP_THROW(status::internal, name(), ": no kernel for op ", op_label(op.type));
         }
         if (debug_sync_) {
