@@ -252,7 +252,7 @@ __device__ __forceinline__ void window_step(dq_state<QP, CPL> & st, const float 
 // Shared memory: q [QP][D] f32, then max(ring of n_stages * stage_bytes, the warps' merge area).
 template <int D, int QP>
 constexpr size_t merge_bytes() {
-    return (size_t(kWarps) * QP * D + 2 * size_t(kWarps) * QP) * sizeof(float);
+    return warp_merge_floats<kWarps, QP, D>() * sizeof(float);
 }
 template <int D, int QP>
 size_t dq_smem_bytes(int stage_bytes, int n_stages) {
@@ -297,7 +297,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     for (int i = 0; i < QP; ++i)
 #pragma unroll
         for (int k = 0; k < CPL; ++k) st.o[i][k] = 0.0f;
-    const int my_head = lane_head<L, QP>(lj);
 
     int next_slot = load_slot(0);
     for (int s = 0; s < a.n_stages - 1; ++s) {
@@ -358,32 +357,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     // anyway so that no copy can land in the ring once it is reused for the merge below.
     cp_async_wait<0>();
 
-    // Token groups of the warp share m, so their l and o add.
-#pragma unroll
-    for (int off = L; off < 32; off <<= 1) {
-        st.l += __shfl_xor_sync(full_mask, st.l, off);
-#pragma unroll
-        for (int i = 0; i < QP; ++i)
-#pragma unroll
-            for (int k = 0; k < CPL; ++k) st.o[i][k] += __shfl_xor_sync(full_mask, st.o[i][k], off);
-    }
-    __syncthreads();                                 // every warp is done with the ring
-    float * sm_o = reinterpret_cast<float *>(ring);  // [kWarps][QP][D]
-    float * sm_m = sm_o + kWarps * QP * D;           // [kWarps][QP]
-    float * sm_l = sm_m + kWarps * QP;               // [kWarps][QP]
-    if (tg == 0) {
-#pragma unroll
-        for (int i = 0; i < QP; ++i)
-#pragma unroll
-            for (int k = 0; k < CPL; ++k) sm_o[(warp * QP + i) * D + lj * CPL + k] = st.o[i][k];
-        if (lj == head_lane<L, QP>(my_head)) {
-            sm_m[warp * QP + my_head] = st.m;
-            sm_l[warp * QP + my_head] = st.l;
-        }
-    }
-    __syncthreads();
+    float * sm = reinterpret_cast<float *>(ring);  // the warps merge through the ring
+    publish_warp_states<L, QP, CPL, kWarps>(st.m, st.l, st.o, sm);
 
-    store_block_result<D, QP, kWarps>(sm_o, sm_m, sm_l, nh, int64_t(b) * a.n_q_heads + h0,
+    store_block_result<D, QP, kWarps>(sm, nh, int64_t(b) * a.n_q_heads + h0,
                                       decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
 }
 
