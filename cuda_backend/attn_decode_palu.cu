@@ -111,14 +111,14 @@ __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_a
         __syncthreads();  // B and q are written; the previous tile's readers are done
         for (int idx = tid; idx < nt * kw; idx += kThreads) {
             const int tt = idx / kw, r = idx % kw, tok = t0 + tt;
-            const int64_t src = page_of(tok) * ps * a.k_total + int64_t(ps) * hdr.k_offset +
-                                int64_t(tok % ps) * kw + r;
+            const int64_t src =
+                page_of(tok) * ps * a.k_total + int64_t(ps) * hdr.k_offset + int64_t(tok % ps) * kw + r;
             slat[tt * mw + r] = __half2float(a.k_pages[src]);
         }
         for (int idx = tid; idx < nt * vw; idx += kThreads) {
             const int tt = idx / vw, d = idx % vw, tok = t0 + tt;
-            const int64_t src = page_of(tok) * ps * a.v_total + int64_t(ps) * hdr.v_offset +
-                                int64_t(tok % ps) * vw + d;
+            const int64_t src =
+                page_of(tok) * ps * a.v_total + int64_t(ps) * hdr.v_offset + int64_t(tok % ps) * vw + d;
             sv[tt * mw + d] = __half2float(a.v_pages[src]);
         }
         __syncthreads();
@@ -192,7 +192,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_a
     const bool any = m_run != -INFINITY;
     const float inv = any ? 1.0f / l_run : 0.0f;
     if (direct) {
-        float * dst = a.out + int64_t(b) * a.group * a.v_total + int64_t(a.group) * hdr.v_offset + int64_t(h) * vw;
+        float * dst =
+            a.out + int64_t(b) * a.group * a.v_total + int64_t(a.group) * hdr.v_offset + int64_t(h) * vw;
 #pragma unroll
         for (int j = 0; j < kMaxVPerLane; ++j)
             if (lane + 32 * j < vw) dst[lane + 32 * j] = o[j] * inv;
@@ -213,10 +214,11 @@ support supports_attn_decode_palu(const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const ragged_layout & l = p.kv;
     if (palu_smem_bytes(l.max_width, p.head_dim) > kMaxSmem)
-        return support::no("max_width " + std::to_string(l.max_width) + " x head_dim " + std::to_string(p.head_dim) +
+        return support::no("max_width " + std::to_string(l.max_width) + " x head_dim " +
+                           std::to_string(p.head_dim) +
                            " needs more than 160 KiB of shared memory (basis + tiles)");
-    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX || p.batch * l.n_kv_heads >= INT_MAX ||
-        p.batch * p.n_q_heads * p.head_dim > INT_MAX)
+    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
+        p.batch * l.n_kv_heads >= INT_MAX || p.batch * p.n_q_heads * p.head_dim > INT_MAX)
         return support::no("page pool, page table, schedule and q must fit in 32-bit counts");
     const int64_t group = p.n_q_heads / l.n_kv_heads;
     if ((group + kWarps - 1) / kWarps > 65535) return support::no("GQA group too large (grid y)");

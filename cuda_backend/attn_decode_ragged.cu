@@ -287,7 +287,8 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         const float val = merge_warp_states<QP, 8 * L, kWarps>(sm, i, d, lse2);
         const int h = t.h0 + i;
         if (t.direct) {
-            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw + d] = val;
+            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw +
+                  d] = val;
         } else {
             const int64_t row = int64_t(t.task) * a.group + h;
             a.part_o[row * a.max_width + d] = val;
@@ -325,12 +326,24 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
     int L = QP;
     while (L < chunks) L *= 2;
     switch (L) {
-        case 1: if constexpr (QP <= 1) decode_body<QP, 1>(a, t, ring); break;
-        case 2: if constexpr (QP <= 2) decode_body<QP, 2>(a, t, ring); break;
-        case 4: if constexpr (QP <= 4) decode_body<QP, 4>(a, t, ring); break;
-        case 8: decode_body<QP, 8>(a, t, ring); break;
-        case 16: decode_body<QP, 16>(a, t, ring); break;
-        default: decode_body<QP, 32>(a, t, ring); break;
+        case 1:
+            if constexpr (QP <= 1) decode_body<QP, 1>(a, t, ring);
+            break;
+        case 2:
+            if constexpr (QP <= 2) decode_body<QP, 2>(a, t, ring);
+            break;
+        case 4:
+            if constexpr (QP <= 4) decode_body<QP, 4>(a, t, ring);
+            break;
+        case 8:
+            decode_body<QP, 8>(a, t, ring);
+            break;
+        case 16:
+            decode_body<QP, 16>(a, t, ring);
+            break;
+        default:
+            decode_body<QP, 32>(a, t, ring);
+            break;
     }
 }
 
@@ -387,13 +400,15 @@ support supports_attn_decode_ragged(const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const ragged_layout & l = p.kv;
     const int64_t group = p.n_q_heads / l.n_kv_heads;
-    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX || p.batch * l.n_kv_heads >= INT_MAX)
+    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
+        p.batch * l.n_kv_heads >= INT_MAX)
         return support::no("page pool, page table, schedule and batch * kv_heads must fit in 32 bits");
     // Flat offsets inside a request's K'/V' run are 32-bit (fast_divider takes n < 2^31).
     if (p.nnz_pages * l.page_size * l.max_width >= (int64_t(1) << 31) ||
         l.page_size * std::max(l.k_total, l.v_total) >= (int64_t(1) << 31))
         return support::no("pages * page_size * max_width must stay below 2^31");
-    if ((group + qp_for(group) - 1) / qp_for(group) > 65535) return support::no("GQA group too large (grid y)");
+    if ((group + qp_for(group) - 1) / qp_for(group) > 65535)
+        return support::no("GQA group too large (grid y)");
     return support::yes();
 }
 
@@ -434,10 +449,18 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op) {
         a.part_lse = reinterpret_cast<float *>(ws + lse_off);
         const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
         switch (qp) {
-            case 1: attn_decode_ragged_kernel<1><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a); break;
-            case 2: attn_decode_ragged_kernel<2><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a); break;
-            case 4: attn_decode_ragged_kernel<4><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a); break;
-            default: attn_decode_ragged_kernel<8><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a); break;
+            case 1:
+                attn_decode_ragged_kernel<1><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            case 2:
+                attn_decode_ragged_kernel<2><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            case 4:
+                attn_decode_ragged_kernel<4><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            default:
+                attn_decode_ragged_kernel<8><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
         }
         KVCOMP_CUDA_CHECK_LAUNCH();
     }

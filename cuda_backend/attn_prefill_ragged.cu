@@ -61,8 +61,8 @@ template <int C>
 __global__ void __launch_bounds__(kThreads) attn_prefill_ragged_kernel(const rprefill_args a) {
     constexpr int D = 32 * C;
     extern __shared__ uint4 smem_raw[];
-    float * sq = reinterpret_cast<float *>(smem_raw);                // [kTileQ][D]
-    __half2 * sk = reinterpret_cast<__half2 *>(sq + kTileQ * D);     // [kTileK][D/2 + 1]
+    float * sq = reinterpret_cast<float *>(smem_raw);                   // [kTileQ][D]
+    __half2 * sk = reinterpret_cast<__half2 *>(sq + kTileQ * D);        // [kTileK][D/2 + 1]
     float * sv = reinterpret_cast<float *>(sk + kTileK * (D / 2 + 1));  // [kTileK][D]
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -91,97 +91,98 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_ragged_kernel(const rpr
     // Row block j covers tiles [n_tiles - (j+1) m_h, n_tiles - j m_h): block 0 the heaviest (last)
     // rows. Grid-stride over j, so a max_seq_len that undercounts still covers every row.
     for (int j = int(blockIdx.x); n_tiles - j * m_h > 0; j += int(gridDim.x)) {  // uniform
-    for (int tile = n_tiles - j * m_h - 1; tile >= max(0, n_tiles - (j + 1) * m_h); --tile) {
-        const int r0 = tile * kTileQ;
-        __syncthreads();  // the previous tile's readers of sq are done
-        for (int idx = threadIdx.x; idx < kTileQ * D; idx += kThreads) {
-            const int i = idx / D, d = idx % D;
-            const int row = r0 + i;
-            sq[idx] = row < n && d < kw ? qbase[int64_t(s0 + row) * q_stride + d] * a.qscale : 0.0f;
-        }
-
-        float o[kRows][C], m[kRows], l[kRows];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
-#pragma unroll
-            for (int cc = 0; cc < C; ++cc) o[r][cc] = 0.0f;
-        }
-
-        const int k_end = min(n, r0 + kTileQ);  // causal: no row of this tile sees past its last row
-        for (int k0 = 0; k0 < k_end; k0 += kTileK) {
-            __syncthreads();  // the previous key tile's readers are done
-            for (int idx = threadIdx.x; idx < kTileK * (D / 2); idx += kThreads) {
-                const int j = idx / (D / 2), d2 = idx % (D / 2), d = 2 * d2;
-                float k0f = 0.0f, k1f = 0.0f;
-                if (k0 + j < n && d < kw) {
-                    const __half * kr = a.k + int64_t(s0 + k0 + j) * a.k_total + hd.k_offset;
-                    k0f = __half2float(kr[d]);
-                    if (d + 1 < kw) k1f = __half2float(kr[d + 1]);
-                }
-                sk[j * (D / 2 + 1) + d2] = __floats2half2_rn(k0f, k1f);  // exact: values came from f16
-            }
-            for (int idx = threadIdx.x; idx < kTileK * D; idx += kThreads) {
-                const int j = idx / D, d = idx % D;
-                sv[idx] = k0 + j < n && d < vw
-                              ? __half2float(a.v[int64_t(s0 + k0 + j) * a.v_total + hd.v_offset + d])
-                              : 0.0f;
-            }
-            __syncthreads();
-
-            float s[kRows];
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) s[r] = 0.0f;
-#pragma unroll 4
-            for (int d2 = 0; d2 < kw2; ++d2) {
-                const float2 kf = __half22float2(sk[lane * (D / 2 + 1) + d2]);
-#pragma unroll
-                for (int r = 0; r < kRows; ++r) {
-                    const float2 qq = *reinterpret_cast<const float2 *>(&sq[(warp * kRows + r) * D + 2 * d2]);
-                    s[r] = fmaf(qq.x, kf.x, fmaf(qq.y, kf.y, s[r]));
-                }
+        for (int tile = n_tiles - j * m_h - 1; tile >= max(0, n_tiles - (j + 1) * m_h); --tile) {
+            const int r0 = tile * kTileQ;
+            __syncthreads();  // the previous tile's readers of sq are done
+            for (int idx = threadIdx.x; idx < kTileQ * D; idx += kThreads) {
+                const int i = idx / D, d = idx % D;
+                const int row = r0 + i;
+                sq[idx] = row < n && d < kw ? qbase[int64_t(s0 + row) * q_stride + d] * a.qscale : 0.0f;
             }
 
-            float pr[kRows];
+            float o[kRows][C], m[kRows], l[kRows];
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
-                const int row = r0 + warp * kRows + r, key = k0 + lane;
-                const float sc = (row < n && key <= row) ? s[r] : -INFINITY;
-                const float m_new = fmaxf(m[r], warp_max(sc));
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far
-                const float alpha = exp2f(m[r] - m_use);
-                pr[r] = exp2f(sc - m_use);
-                l[r] = l[r] * alpha + warp_sum(pr[r]);
-                m[r] = m_new;
+                m[r] = -INFINITY;
+                l[r] = 0.0f;
 #pragma unroll
-                for (int cc = 0; cc < C; ++cc) o[r][cc] *= alpha;
+                for (int cc = 0; cc < C; ++cc) o[r][cc] = 0.0f;
             }
-#pragma unroll 4
-            for (int j = 0; j < kTileK; ++j) {
-                float vj[C];
+
+            const int k_end = min(n, r0 + kTileQ);  // causal: no row of this tile sees past its last row
+            for (int k0 = 0; k0 < k_end; k0 += kTileK) {
+                __syncthreads();  // the previous key tile's readers are done
+                for (int idx = threadIdx.x; idx < kTileK * (D / 2); idx += kThreads) {
+                    const int j = idx / (D / 2), d2 = idx % (D / 2), d = 2 * d2;
+                    float k0f = 0.0f, k1f = 0.0f;
+                    if (k0 + j < n && d < kw) {
+                        const __half * kr = a.k + int64_t(s0 + k0 + j) * a.k_total + hd.k_offset;
+                        k0f = __half2float(kr[d]);
+                        if (d + 1 < kw) k1f = __half2float(kr[d + 1]);
+                    }
+                    sk[j * (D / 2 + 1) + d2] = __floats2half2_rn(k0f, k1f);  // exact: values came from f16
+                }
+                for (int idx = threadIdx.x; idx < kTileK * D; idx += kThreads) {
+                    const int j = idx / D, d = idx % D;
+                    sv[idx] = k0 + j < n && d < vw
+                                  ? __half2float(a.v[int64_t(s0 + k0 + j) * a.v_total + hd.v_offset + d])
+                                  : 0.0f;
+                }
+                __syncthreads();
+
+                float s[kRows];
 #pragma unroll
-                for (int cc = 0; cc < C; ++cc) vj[cc] = sv[j * D + lane + 32 * cc];
+                for (int r = 0; r < kRows; ++r) s[r] = 0.0f;
+#pragma unroll 4
+                for (int d2 = 0; d2 < kw2; ++d2) {
+                    const float2 kf = __half22float2(sk[lane * (D / 2 + 1) + d2]);
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) {
+                        const float2 qq =
+                            *reinterpret_cast<const float2 *>(&sq[(warp * kRows + r) * D + 2 * d2]);
+                        s[r] = fmaf(qq.x, kf.x, fmaf(qq.y, kf.y, s[r]));
+                    }
+                }
+
+                float pr[kRows];
 #pragma unroll
                 for (int r = 0; r < kRows; ++r) {
-                    const float pj = __shfl_sync(full_mask, pr[r], j);
+                    const int row = r0 + warp * kRows + r, key = k0 + lane;
+                    const float sc = (row < n && key <= row) ? s[r] : -INFINITY;
+                    const float m_new = fmaxf(m[r], warp_max(sc));
+                    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far
+                    const float alpha = exp2f(m[r] - m_use);
+                    pr[r] = exp2f(sc - m_use);
+                    l[r] = l[r] * alpha + warp_sum(pr[r]);
+                    m[r] = m_new;
 #pragma unroll
-                    for (int cc = 0; cc < C; ++cc) o[r][cc] = fmaf(pj, vj[cc], o[r][cc]);
+                    for (int cc = 0; cc < C; ++cc) o[r][cc] *= alpha;
+                }
+#pragma unroll 4
+                for (int j = 0; j < kTileK; ++j) {
+                    float vj[C];
+#pragma unroll
+                    for (int cc = 0; cc < C; ++cc) vj[cc] = sv[j * D + lane + 32 * cc];
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) {
+                        const float pj = __shfl_sync(full_mask, pr[r], j);
+#pragma unroll
+                        for (int cc = 0; cc < C; ++cc) o[r][cc] = fmaf(pj, vj[cc], o[r][cc]);
+                    }
                 }
             }
-        }
 
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const int row = r0 + warp * kRows + r;
-            if (row >= n) continue;
-            const float inv = 1.0f / l[r];  // l >= 1: a row always sees itself
-            float * dst = obase + int64_t(s0 + row) * o_stride;
+            for (int r = 0; r < kRows; ++r) {
+                const int row = r0 + warp * kRows + r;
+                if (row >= n) continue;
+                const float inv = 1.0f / l[r];  // l >= 1: a row always sees itself
+                float * dst = obase + int64_t(s0 + row) * o_stride;
 #pragma unroll
-            for (int cc = 0; cc < C; ++cc)
-                if (lane + 32 * cc < vw) dst[lane + 32 * cc] = o[r][cc] * inv;
+                for (int cc = 0; cc < C; ++cc)
+                    if (lane + 32 * cc < vw) dst[lane + 32 * cc] = o[r][cc] * inv;
+            }
         }
-    }
     }
 }
 

@@ -105,10 +105,10 @@ __device__ __forceinline__ void publish_warp_states(float m, float l, float (&o)
 #pragma unroll
             for (int k = 0; k < CPL; ++k) o[i][k] += __shfl_xor_sync(full_mask, o[i][k], off);
     }
-    __syncthreads();  // every warp is done with whatever `sm` held before
-    float * sm_o = sm;                    // [NW][QP][W]
-    float * sm_m = sm_o + NW * QP * W;    // [NW][QP]
-    float * sm_l = sm_m + NW * QP;        // [NW][QP]
+    __syncthreads();                    // every warp is done with whatever `sm` held before
+    float * sm_o = sm;                  // [NW][QP][W]
+    float * sm_m = sm_o + NW * QP * W;  // [NW][QP]
+    float * sm_l = sm_m + NW * QP;      // [NW][QP]
     if (tg == 0) {
 #pragma unroll
         for (int i = 0; i < QP; ++i)

@@ -137,7 +137,8 @@ support supports_head_project(const op_desc & op) {
     const auto & p = op.get<head_project_params>();
     if (p.n_heads > 65535) return support::no("n_heads > 65535 (grid y limit)");
     if ((p.n_tokens + kBM - 1) / kBM > INT_MAX) return support::no("too many token tiles (grid x limit)");
-    if (p.in_total > INT_MAX || p.out_total > INT_MAX) return support::no("in_total and out_total must fit in 32 bits");
+    if (p.in_total > INT_MAX || p.out_total > INT_MAX)
+        return support::no("in_total and out_total must fit in 32 bits");
     return support::yes();
 }
 

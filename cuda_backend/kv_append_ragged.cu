@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) kv_append_ragged_kernel(const append
         for (int j = threadIdx.x; j < row; j += blockDim.x) {
             const bool is_v = j >= a.k_total;
             const int col = is_v ? j - a.k_total : j;
-            const int wi = is_v ? 2 : 0;  // width column of the table; the offset is the next one
+            const int wi = is_v ? 2 : 0;        // width column of the table; the offset is the next one
             int lo = 0, hi = a.n_kv_heads - 1;  // last head whose offset <= col
             while (lo < hi) {
                 const int mid = (lo + hi + 1) / 2;
