@@ -4,6 +4,7 @@
 
 #include "core/registry.h"
 #include "cpu/cpu_common.h"
+#include "cpu/ragged_common.h"
 
 namespace kvcomp::cpu {
 
@@ -51,6 +52,11 @@ protected:
             case op_type::kv_quantize: return run_kv_quantize(op);
             case op_type::attn_decode_quant: return run_attn_decode_quant(op);
             case op_type::probe_scores: return run_probe_scores(op);
+            case op_type::head_project: return run_head_project(op);
+            case op_type::kv_append_ragged: return run_kv_append_ragged(op);
+            case op_type::attn_decode_ragged: return run_attn_decode_ragged(op);
+            case op_type::attn_prefill_ragged: return run_attn_prefill_ragged(op);
+            case op_type::attn_decode_palu: return run_attn_decode_palu(op);
             default: break;
         }
         KVCOMP_THROW(status::internal, "cpu: unhandled op ", describe(op));

@@ -1,0 +1,169 @@
+// Decode task lists (plain / balanced) and the ragged heads table. See decode_schedule.h.
+#include "host/lowrank/decode_schedule.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <queue>
+
+#include "core/error.h"
+#include "host/lowrank/balance_scheduler.h"
+
+namespace kvcomp::host::lowrank {
+
+namespace {
+
+constexpr int64_t i32_max = std::numeric_limits<int32_t>::max();
+
+struct task {
+    int64_t b, c, first, end, cost;
+};
+
+// Cuts [0, n) into `parts` ranges whose lengths differ by at most one (longer ones first).
+void cut_equal(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, std::vector<task> & out) {
+    int64_t first = 0;
+    for (int64_t i = 0; i < parts; ++i) {
+        const int64_t len = n / parts + (i < n % parts ? 1 : 0);
+        out.push_back({b, c, first, first + len, len * d_sum});
+        first += len;
+    }
+}
+
+// The list schedule of costs in their order: each next task goes to the least loaded worker.
+int64_t in_order_makespan(const std::vector<int64_t> & costs, int64_t n_workers) {
+    std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> load;
+    for (int64_t u = 0; u < n_workers; ++u) load.push(0);
+    int64_t makespan = 0;
+    for (int64_t c : costs) {
+        const int64_t l = load.top() + c;
+        load.pop();
+        load.push(l);
+        makespan = std::max(makespan, l);
+    }
+    return makespan;
+}
+
+}  // namespace
+
+std::vector<int32_t> ragged_heads_table(const std::vector<int64_t> & k_widths,
+                                        const std::vector<int64_t> & v_widths, int64_t max_width) {
+    KVCOMP_CHECK_ARG(!k_widths.empty() && k_widths.size() == v_widths.size(),
+                     "ragged_heads_table: ", k_widths.size(), " K widths and ", v_widths.size(),
+                     " V widths (need the same, >= 1)");
+    KVCOMP_CHECK_ARG(max_width >= 1 && max_width <= 256, "ragged_heads_table: max_width ", max_width,
+                     " must be in [1, 256]");
+    std::vector<int32_t> t;
+    t.reserve(k_widths.size() * 4);
+    int64_t k_off = 0, v_off = 0;
+    for (size_t c = 0; c < k_widths.size(); ++c) {
+        const int64_t kw = k_widths[c], vw = v_widths[c];
+        KVCOMP_CHECK_ARG(kw >= 1 && kw <= max_width && vw >= 1 && vw <= max_width,
+                         "ragged_heads_table: KV head ", c, " has k_width ", kw, ", v_width ", vw,
+                         " (must be in [1, ", max_width, "])");
+        t.insert(t.end(), {int32_t(kw), int32_t(k_off), int32_t(vw), int32_t(v_off)});
+        k_off += kw;
+        v_off += vw;
+    }
+    return t;
+}
+
+const char * policy_name(decode_policy p) {
+    return p == decode_policy::plain ? "plain" : "balanced";
+}
+
+decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
+                                      const std::vector<int64_t> & k_widths,
+                                      const std::vector<int64_t> & v_widths,
+                                      const decode_schedule_options & opt) {
+    KVCOMP_CHECK_ARG(opt.n_workers >= 1 && opt.waves >= 1 && opt.min_chunk_tokens >= 1,
+                     "build_decode_schedule: n_workers (", opt.n_workers, "), waves (", opt.waves,
+                     ") and min_chunk_tokens (", opt.min_chunk_tokens, ") must be >= 1");
+    ragged_heads_table(k_widths, v_widths);  // validates the widths
+    const int64_t batch = int64_t(seq_lens.size()), n_kv = int64_t(k_widths.size());
+    KVCOMP_CHECK_ARG(batch >= 1, "build_decode_schedule: no requests");
+    int64_t max_len = 0, d_sum_max = 0;
+    for (size_t b = 0; b < seq_lens.size(); ++b) {
+        KVCOMP_CHECK_ARG(seq_lens[b] >= 0 && seq_lens[b] <= i32_max, "build_decode_schedule: request ", b,
+                         " has length ", seq_lens[b]);
+        max_len = std::max(max_len, seq_lens[b]);
+    }
+    std::vector<int64_t> d_sum(static_cast<size_t>(n_kv));
+    for (int64_t c = 0; c < n_kv; ++c) {
+        d_sum[size_t(c)] = k_widths[size_t(c)] + v_widths[size_t(c)] + 1;
+        d_sum_max = std::max(d_sum_max, d_sum[size_t(c)]);
+    }
+    const int64_t target_tasks = opt.n_workers * opt.waves;
+
+    std::vector<task> tasks;
+    if (opt.policy == decode_policy::plain) {
+        // As the fp16 kernels: one split count from the longest request, one chunk length for all.
+        const int64_t groups = batch * n_kv;
+        const int64_t want = (target_tasks + groups - 1) / groups;
+        const int64_t by_len =
+            std::max<int64_t>(1, (max_len + opt.min_chunk_tokens - 1) / opt.min_chunk_tokens);
+        const int64_t splits = std::clamp<int64_t>(want, 1, by_len);
+        const int64_t chunk = std::max<int64_t>(1, (max_len + splits - 1) / splits);
+        for (int64_t b = 0; b < batch; ++b)
+            for (int64_t c = 0; c < n_kv; ++c)
+                for (int64_t first = 0; first < seq_lens[size_t(b)]; first += chunk) {
+                    const int64_t end = std::min(seq_lens[size_t(b)], first + chunk);
+                    tasks.push_back(
+                        {b, c, first, end,
+                         decode_task_cost(end - first, k_widths[size_t(c)], v_widths[size_t(c)])});
+                }
+    } else {
+        int64_t total = 0;
+        for (int64_t b = 0; b < batch; ++b)
+            for (int64_t c = 0; c < n_kv; ++c) {
+                const int64_t cost =
+                    decode_task_cost(seq_lens[size_t(b)], k_widths[size_t(c)], v_widths[size_t(c)]);
+                KVCOMP_CHECK_ARG(total <= std::numeric_limits<int64_t>::max() - cost,
+                                 "build_decode_schedule: total cost overflows");
+                total += cost;
+            }
+        const int64_t target =
+            std::max((total + target_tasks - 1) / target_tasks, opt.min_chunk_tokens * d_sum_max);
+        for (int64_t b = 0; b < batch; ++b)
+            for (int64_t c = 0; c < n_kv; ++c) {
+                const int64_t n = seq_lens[size_t(b)];
+                if (n == 0) continue;
+                const int64_t cost = n * d_sum[size_t(c)];
+                // Nearest number of chunks to cost / target: every chunk within a factor ~1.5 of it.
+                const int64_t parts = std::clamp<int64_t>((cost + target / 2) / target, 1, n);
+                cut_equal(b, c, n, parts, d_sum[size_t(c)], tasks);
+            }
+        // Descending cost; equal costs keep (b, c, token) order so the list is reproducible.
+        std::stable_sort(tasks.begin(), tasks.end(),
+                         [](const task & x, const task & y) { return x.cost > y.cost; });
+    }
+    KVCOMP_CHECK_ARG(int64_t(tasks.size()) + batch * n_kv + 1 <= i32_max,
+                     "build_decode_schedule: too many tasks for i32 arrays (", tasks.size(), ")");
+
+    decode_schedule s;
+    s.n_tasks = int64_t(tasks.size());
+    s.schedule.reserve(tasks.size() * 4);
+    for (const task & t : tasks) {
+        s.schedule.insert(s.schedule.end(), {int32_t(t.b), int32_t(t.c), int32_t(t.first), int32_t(t.end)});
+        s.costs.push_back(t.cost);
+    }
+    // Merge table: per (b, c) its task numbers in token order (counting sort on (b, c), then by first).
+    const int64_t n_lists = batch * n_kv;
+    s.merge.assign(size_t(n_lists + 1 + s.n_tasks), 0);
+    for (const task & t : tasks) ++s.merge[size_t(t.b * n_kv + t.c + 1)];
+    for (int64_t i = 0; i < n_lists; ++i) s.merge[size_t(i + 1)] += s.merge[size_t(i)];
+    std::vector<int32_t> fill(s.merge.begin(), s.merge.begin() + n_lists);
+    std::vector<size_t> by_token(tasks.size());
+    std::iota(by_token.begin(), by_token.end(), size_t(0));
+    std::sort(by_token.begin(), by_token.end(),
+              [&](size_t x, size_t y) { return tasks[x].first < tasks[y].first; });
+    for (size_t i : by_token) {
+        const int64_t list = tasks[i].b * n_kv + tasks[i].c;
+        s.merge[size_t(n_lists + 1 + fill[size_t(list)]++)] = int32_t(i);
+    }
+    s.dispatch_makespan = in_order_makespan(s.costs, opt.n_workers);
+    s.lpt_makespan = schedule_lpt(s.costs, opt.n_workers).makespan;
+    s.lower_bound = makespan_lower_bound(s.costs, opt.n_workers);
+    return s;
+}
+
+}  // namespace kvcomp::host::lowrank

@@ -1,0 +1,57 @@
+// Decode task lists for the ragged decode ops (attn_decode_ragged, attn_decode_palu; contract in
+// lib/core/op.h, "Decode task list") and the ragged heads table.
+//
+// A task is (request b, KV head c, tokens [first, end)); a work-group runs one task for all g query
+// heads of c, writes a partial (or the output when it is the only task of (b, c)), and the merge
+// table says which tasks make up each (b, c). Two policies:
+//   plain     what the fp16 decode kernels do: every (b, c) cut into chunks of one common length
+//             chosen from the longest request so that about waves * n_workers tasks exist, chunks
+//             no shorter than min_chunk_tokens; tasks in natural order (b, c, chunk).
+//   balanced  ZACK/FDC §5.3: a task costs s_kv * (k_width + v_width + 1) (balance_scheduler.h);
+//             every (b, c) is cut into chunks of about the same COST, a target that makes the total
+//             about `waves` waves of n_workers, never cheaper than min_chunk_tokens tokens of the
+//             widest head; rows in descending cost. A GPU hands the next work-group to the first
+//             free compute unit, so descending order is LPT list scheduling.
+// Both cover each request's tokens exactly once per KV head; empty requests get no tasks (zeros).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvcomp::host::lowrank {
+
+// heads i32 [n_kv_heads, 4] = (k_width, k_offset, v_width, v_offset), offsets the prefix sums.
+// Throws invalid_argument for an empty list, lists of different lengths, or a width outside
+// [1, max_width] (max_width <= kvcomp::max_ragged_width, core/op.h).
+std::vector<int32_t> ragged_heads_table(const std::vector<int64_t> & k_widths,
+                                        const std::vector<int64_t> & v_widths, int64_t max_width = 256);
+
+enum class decode_policy { plain, balanced };
+const char * policy_name(decode_policy p);
+
+struct decode_schedule_options {
+    decode_policy policy = decode_policy::balanced;
+    int64_t n_workers = 1;           // compute units (SMs / CUs) of the device
+    int64_t waves = 4;               // target tasks ~ waves * n_workers
+    int64_t min_chunk_tokens = 256;  // below this a partial write + merge costs more than it saves
+};
+
+struct decode_schedule {
+    std::vector<int32_t> schedule;  // i32 [n_tasks, 4] (request, KV head, first, end)
+    std::vector<int32_t> merge;     // i32 [batch * n_kv_heads + 1 + n_tasks]
+    int64_t n_tasks = 0;
+    std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + 1)
+    // Predicted makespans in cost units on n_workers: the list schedule of the rows in their order
+    // (what GPU dispatch does), LPT of the same tasks (schedule_lpt) and the lower bound.
+    int64_t dispatch_makespan = 0, lpt_makespan = 0, lower_bound = 0;
+};
+
+// Builds the task list for requests of seq_lens tokens and KV heads of the given widths.
+// Throws invalid_argument for negative lengths, bad widths, n_workers/waves/min_chunk_tokens < 1,
+// or sizes that do not fit the contract's i32 arrays.
+decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
+                                      const std::vector<int64_t> & k_widths,
+                                      const std::vector<int64_t> & v_widths,
+                                      const decode_schedule_options & opt);
+
+}  // namespace kvcomp::host::lowrank
