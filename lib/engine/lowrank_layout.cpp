@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/op.h"
+#include "host/lowrank/decode_schedule.h"
 #include "host/lowrank/model_fingerprint.h"
 #include "host/lowrank/rate_search.h"
 
@@ -59,25 +61,25 @@ void add_row(std::vector<int32_t> & t, int64_t in_off, int64_t in_w, int64_t bas
     for (int64_t x : {in_off, in_w, basis_off, out_off, out_w}) t.push_back(int32_t(x));
 }
 
-lowrank_layer make_layer(const hl::calibration & c, const hl::kv_ranks & r, int64_t l, int64_t nq, bool palu,
+lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq, bool palu,
                          const std::vector<float> & inv_freq) {
     const int64_t nkv = r.num_kv_heads, d = r.head_dim, g = nq / nkv;
     lowrank_layer L;
     L.d = d;
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
-        L.heads.insert(L.heads.end(), {int32_t(r.k[i]), int32_t(L.k_total), int32_t(r.v[i]), int32_t(L.v_total)});
-        L.heads_full.insert(L.heads_full.end(), {int32_t(d), int32_t(c * d), int32_t(r.v[i]), int32_t(L.v_total)});
         L.k.push_back(r.k[i]), L.v.push_back(r.v[i]);
         L.k_total += r.k[i], L.v_total += r.v[i];
         L.max_width = std::max({L.max_width, r.k[i], r.v[i]});
     }
+    L.heads = hl::ragged_heads_table(L.k, L.v, max_ragged_width);
+    L.heads_full = hl::ragged_heads_table(std::vector<int64_t>(L.k.size(), d), L.v, max_ragged_width);
     L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total)), 0.0f);
     if (palu) L.aux.assign(size_t(d * L.k_total), 0.0f);
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
-        const hl::head_basis & kb = c.k[i];
-        const hl::head_basis & vb = c.v[i];
+        const hl::head_basis & kb = cal.k[i];
+        const hl::head_basis & vb = cal.v[i];
         const int64_t kc = L.k[size_t(c)], vc = L.v[size_t(c)], ko = L.k_off(c);
         for (int64_t row = 0; row < d; ++row) {
             for (int64_t j = 0; j < kc; ++j) {

@@ -1,0 +1,255 @@
+// The low-rank KV methods zack / fdc / palu (lib/engine/kv_method_lowrank*) on the tiny random Llama
+// of tests/support, each on the CPU reference and on every other backend that runs the low-rank ops
+// (skipped with a message where one does not):
+//   (a) full rank (calibration at r = 0, every rank = head_dim): the bases are orthogonal, so the
+//       prefill logits and the decode path's log-probabilities equal method "none"'s up to rounding
+//       (digest zack_fdc.md §9.3, §9.17);
+//   (b) the logits' error against "none" shrinks as the ranks grow (compression option, §9.10);
+//   (c) bytes: allocated and per-token bytes are the formula pages x page_size x sum (k + v) x 2,
+//       and the per-token ratio to "none" is the ranks' kept fraction;
+//   (d) a greedy generation gives the same tokens with the balanced and the plain decode schedule;
+//   (e) errors: a calibration for another model or method names the file; bad or missing options,
+//       and a rank_multiple above head_dim, name the option.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "engine/calibrate.h"
+#include "engine/engine.h"
+#include "host/lowrank/calibration_file.h"
+#include "host/lowrank/rate_search.h"
+#include "support/backends.h"
+#include "support/expect_error.h"
+#include "support/tiny_model.h"
+
+using namespace kvcomp;
+namespace hl = host::lowrank;
+
+namespace {
+
+const test::tiny_model_spec & spec() {
+    static const test::tiny_model_spec s;
+    return s;
+}
+
+const std::string & tiny_dir() {
+    static const std::string dir = test::write_tiny_model(spec(), "kv_lowrank");
+    return dir;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> d(0, int32_t(spec().vocab) - 1);
+    std::vector<int32_t> t(n);
+    for (auto & x : t) x = d(rng);
+    return t;
+}
+
+// A full calibration file (r = 0: every rank head_dim on this model) of `method` for `dir`, made
+// once per (method, dir) by the calibration flow of kvcomp calibrate.
+std::string calib_file(const std::string & method, const std::string & dir = tiny_dir()) {
+    static std::map<std::string, std::string> made;
+    const std::string key = method + "|" + dir;
+    auto it = made.find(key);
+    if (it != made.end()) return it->second;
+    engine::calibrate_config cfg;
+    cfg.model_dir = dir, cfg.backend = "cpu", cfg.f32_weights = true;
+    EXPECT_TRUE(hl::lowrank_method_from_name(method, cfg.method));
+    cfg.prompts = {random_tokens(96, 11), random_tokens(80, 12)};
+    cfg.removal_rate = 0.0;
+    const auto res = engine::run_calibration(cfg);
+    const std::string file = (std::filesystem::temp_directory_path() /
+                              ("kvcomp_lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors"))
+                                 .string();
+    hl::write_calibration(file, res.calib);
+    made[key] = file;
+    return file;
+}
+
+engine::engine_config config(const std::string & backend, const std::string & method, engine::method_options o = {}) {
+    auto c = test::tiny_engine_config(tiny_dir(), backend);
+    c.method = method;
+    if (method != "none" && !o.count("calib")) o["calib"] = calib_file(method);
+    c.method_opts = o;
+    return c;
+}
+
+// Whether `backend` runs the low-rank ops: the CPU reference must; another backend answers
+// "unsupported" until its kernels land (the test then skips with that message).
+bool runs_lowrank(const std::string & backend, const std::string & method, std::string & why) {
+    try {
+        engine::engine e(config(backend, method));
+        e.prompt_logits({1, 2, 3});
+        {  // and one decode step
+            engine::generation_request r;
+            r.prompt = {1, 2, 3};
+            r.max_new_tokens = 2;
+            r.stop_at_eos = false;
+            const int64_t id = e.submit(r);
+            e.run();
+            if (e.result(id).finish_reason == "error") {
+                why = e.result(id).error;
+                return backend == "cpu";  // on the CPU an error is a failure the tests will show
+            }
+        }
+        return true;
+    } catch (const error & err) {
+        if (err.code() != status::unsupported || backend == "cpu") throw;
+        why = err.what();
+        return false;
+    }
+}
+
+// Log-probabilities of `forced` after `prompt`, through the method's decode path.
+std::vector<double> forced_logprobs(engine::engine & e, const std::vector<int32_t> & prompt,
+                                    const std::vector<int32_t> & forced) {
+    engine::generation_request r;
+    r.prompt = prompt;
+    r.forced_tokens = forced;
+    const int64_t id = e.submit(r);
+    e.run();
+    const auto & res = e.result(id);
+    if (res.finish_reason == "error") throw std::runtime_error("forced run failed: " + res.error);
+    return res.token_logprobs;
+}
+
+using param = std::tuple<std::string, std::string>;  // backend, method
+
+class lowrank : public ::testing::TestWithParam<param> {
+  protected:
+    void SetUp() override {
+        backend_ = std::get<0>(GetParam());
+        method_ = std::get<1>(GetParam());
+        std::string why;
+        if (!runs_lowrank(backend_, method_, why)) GTEST_SKIP() << backend_ << " does not run " << method_ << ": " << why;
+    }
+    std::string backend_, method_;
+};
+
+TEST_P(lowrank, full_rank_equals_none) {
+    const std::string file = calib_file(method_);
+    const hl::calibration c = hl::read_calibration(file);
+    for (size_t i = 0; i < c.ranks.k.size(); ++i) {  // otherwise this would not be the full-rank case
+        ASSERT_EQ(c.ranks.k[i], spec().head_dim);
+        ASSERT_EQ(c.ranks.v[i], spec().head_dim);
+    }
+    engine::engine none(config(backend_, "none")), lr(config(backend_, method_));
+    const auto prompt = random_tokens(40, 5);
+    const auto want = none.prompt_logits(prompt), got = lr.prompt_logits(prompt);
+    // Both cache fp16, of K and V in different bases: the roundings differ, nothing else does
+    // (measured on the CPU: NMSE 3e-8 to 5e-8, log-probabilities within 4e-4).
+    EXPECT_LT(test::nmse(got, want), 1e-6) << method_;
+    const auto forced = random_tokens(12, 6);
+    const auto lw = forced_logprobs(none, prompt, forced), lg = forced_logprobs(lr, prompt, forced);
+    ASSERT_EQ(lg.size(), lw.size());
+    for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 2e-3) << method_ << " decode step " << i;
+}
+
+TEST_P(lowrank, error_shrinks_as_ranks_grow) {
+    engine::engine none(config(backend_, "none"));
+    const auto prompt = random_tokens(48, 8);
+    const auto want = none.prompt_logits(prompt);
+    std::vector<double> errs;
+    for (double p : {0.7, 0.5, 0.3, 0.1}) {
+        engine::engine e(config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", "4"}}));
+        errs.push_back(test::nmse(e.prompt_logits(prompt), want));
+    }
+    engine::engine full(config(backend_, method_));
+    const double full_err = test::nmse(full.prompt_logits(prompt), want);
+    for (size_t i = 0; i + 1 < errs.size(); ++i) EXPECT_GT(errs[i], errs[i + 1]) << "compression step " << i;
+    EXPECT_GT(errs.back(), full_err);
+    EXPECT_GT(errs.front(), 1e-4) << "a 70 % compression should be visible in the logits";
+}
+
+TEST_P(lowrank, kv_bytes_are_the_formula) {
+    const double p = 0.45;
+    const int64_t multiple = 8;
+    auto cfg = config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", std::to_string(multiple)}});
+    cfg.kv_pages = 24;
+    engine::engine e(cfg);
+    auto none_cfg = config(backend_, "none");
+    none_cfg.kv_pages = 24;
+    engine::engine none(none_cfg);
+    // The ranks the method must have chosen, from the file's singular values.
+    const hl::calibration c = hl::read_calibration(calib_file(method_));
+    const hl::kv_ranks r = hl::removal_rate_for_compression(c.spectra(), p, multiple).ranks;
+    ASSERT_GE(r.compression(), p);
+    const uint64_t dims = uint64_t(r.kept_dims());  // sum over layers and KV heads of k + v
+    EXPECT_EQ(e.stats().kv_bytes_allocated, 24u * 16u * dims * 2u);
+    for (int64_t t : {1, 16, 17, 100}) {
+        const uint64_t pages = uint64_t((t + 15) / 16);
+        EXPECT_EQ(e.kv_bytes_for_tokens(t), pages * 16u * dims * 2u) << t << " tokens";
+        EXPECT_DOUBLE_EQ(double(e.kv_bytes_for_tokens(t)) / double(none.kv_bytes_for_tokens(t)), r.kept_fraction());
+    }
+}
+
+TEST_P(lowrank, balanced_and_plain_schedules_agree) {
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(300, 21), random_tokens(37, 22),
+                                                       random_tokens(180, 23)};
+    std::vector<std::vector<std::vector<int32_t>>> out;
+    for (const char * s : {"balanced", "plain"}) {
+        auto cfg = config(backend_, method_, {{"schedule", s}, {"compression", "0.5"}});
+        cfg.max_context = 400;
+        engine::engine e(cfg);
+        out.push_back(test::generate_greedy(e, prompts, 10));
+    }
+    EXPECT_EQ(out[0], out[1]);
+}
+
+std::string param_name(const ::testing::TestParamInfo<param> & info) {
+    std::string b = std::get<0>(info.param);
+    std::replace(b.begin(), b.end(), ':', '_');
+    return b + "_" + std::get<1>(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
+                         ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
+                                            ::testing::Values("zack", "fdc", "palu")),
+                         param_name);
+
+// --- errors (CPU) -----------------------------------------------------------------------------------
+
+TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
+    test::tiny_model_spec other = spec();
+    other.intermediate = 160;  // same layers / heads / head_dim: only the fingerprint tells them apart
+    const std::string other_dir = test::write_tiny_model(other, "kv_lowrank_other");
+    const std::string foreign = calib_file("fdc", other_dir);
+    test::expect_error([&] { engine::engine e(config("cpu", "fdc", {{"calib", foreign}})); }, status::invalid_argument,
+                       {foreign});
+    const std::string zack_file = calib_file("zack");
+    test::expect_error([&] { engine::engine e(config("cpu", "fdc", {{"calib", zack_file}})); },
+                       status::invalid_argument, {zack_file, "zack"});
+}
+
+TEST(lowrank_errors, bad_options_name_the_option) {
+    const std::string f = calib_file("fdc");
+    auto make = [&](engine::method_options o) { return [o] { engine::engine e(config("cpu", "fdc", o)); }; };
+    for (const char * r : {"1", "1.5", "-0.1", "x"})
+        test::expect_error(make({{"calib", f}, {"removal_rate", r}}), status::invalid_argument, {"removal_rate"});
+    for (const char * p : {"0", "1", "2"})
+        test::expect_error(make({{"calib", f}, {"compression", p}}), status::invalid_argument, {"compression"});
+    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"removal_rate", "0.1"}}), status::invalid_argument,
+                       {"at most one"});
+    test::expect_error(make({{"calib", f}, {"rank_multiple", "8"}}), status::invalid_argument, {"rank_multiple"});
+    test::expect_error(make({{"calib", f}, {"schedule", "lpt"}}), status::invalid_argument, {"schedule"});
+    test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});
+    test::expect_error([] { engine::engine e(config("cpu", "fdc", {{"calib", ""}})); }, status::invalid_argument,
+                       {"calib"});
+    test::expect_error(
+        [] {
+            auto c = test::tiny_engine_config(tiny_dir(), "cpu");
+            c.method = "zack";
+            engine::engine e(c);
+        },
+        status::invalid_argument, {"calib=FILE"});
+    // A rank cannot exceed head_dim (64 here): a multiple of 128 would force one.
+    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"rank_multiple", "128"}}),
+                       status::invalid_argument, {"rank_multiple=128", "head_dim = 64"});
+}
+
+}  // namespace
