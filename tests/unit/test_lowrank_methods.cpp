@@ -212,6 +212,29 @@ INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
                                             ::testing::Values("zack", "fdc", "palu")),
                          param_name);
 
+// --- folding paths (CPU): fp16 weights (gemm f32 x f16, W_O through f32) and a V bias (Qwen2) ----------
+
+TEST(lowrank_folding, full_rank_with_f16_weights_and_with_a_v_bias) {
+    test::tiny_model_spec qwen = spec();
+    qwen.qwen2 = true;
+    const std::string qwen_dir = test::write_tiny_model(qwen, "kv_lowrank_qwen2");
+    const auto prompt = random_tokens(40, 9);
+    for (const char * m : {"zack", "fdc", "palu"}) {
+        // f16 weights: both runs round the same products to f16 except W_V' / W_O', folded in f32
+        // and rounded once (measured NMSE 3e-7 against none's f16 run).
+        auto none16 = config("cpu", "none"), lr16 = config("cpu", m);
+        none16.matrix_type = lr16.matrix_type = dtype::f16;
+        engine::engine n16(none16), l16(lr16);
+        EXPECT_LT(test::nmse(l16.prompt_logits(prompt), n16.prompt_logits(prompt)), 1e-5) << m << " f16";
+        // b_V' = R_v^T b_V (dropping it gives NMSE 2.5e-2 here).
+        auto none_q = test::tiny_engine_config(qwen_dir, "cpu"), lr_q = none_q;
+        lr_q.method = m;
+        lr_q.method_opts = {{"calib", calib_file(m, qwen_dir)}};
+        engine::engine nq(none_q), lq(lr_q);
+        EXPECT_LT(test::nmse(lq.prompt_logits(prompt), nq.prompt_logits(prompt)), 1e-6) << m << " qwen2";
+    }
+}
+
 // --- errors (CPU) -----------------------------------------------------------------------------------
 
 TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
