@@ -3,6 +3,7 @@
 // 17, 257, 4099), page sizes 16, 32 and 1, GQA ratios 1/4/8, batches 1/3/8, head_dim 64/128.
 // The CPU oracle is scalar fp64: the 4099-token cases are few.
 #include "backend_ops_cases_impl.h"
+#include "backend_ops_lowrank_cases.h"
 #include "backend_ops_quant_cases.h"
 
 namespace kvcomp::test {
@@ -265,6 +266,7 @@ std::vector<case_ptr> make_test_cases(case_set set) {
             break;
     }
     add_quant_cases(l.cases, set);
+    add_lowrank_cases(l.cases, set);
     return std::move(l.cases);
 }
 

@@ -29,6 +29,13 @@ void cut_equal(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, st
     }
 }
 
+std::vector<int64_t> costs_of(const std::vector<task> & tasks) {
+    std::vector<int64_t> c;
+    c.reserve(tasks.size());
+    for (const task & t : tasks) c.push_back(t.cost);
+    return c;
+}
+
 // The list schedule of costs in their order: each next task goes to the least loaded worker.
 int64_t in_order_makespan(const std::vector<int64_t> & costs, int64_t n_workers) {
     std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> load;
@@ -81,7 +88,7 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
     ragged_heads_table(k_widths, v_widths);  // validates the widths
     const int64_t batch = int64_t(seq_lens.size()), n_kv = int64_t(k_widths.size());
     KVCOMP_CHECK_ARG(batch >= 1, "build_decode_schedule: no requests");
-    int64_t max_len = 0, d_sum_max = 0;
+    int64_t max_len = 0;
     for (size_t b = 0; b < seq_lens.size(); ++b) {
         KVCOMP_CHECK_ARG(seq_lens[b] >= 0 && seq_lens[b] <= i32_max, "build_decode_schedule: request ", b,
                          " has length ", seq_lens[b]);
@@ -90,27 +97,27 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
     std::vector<int64_t> d_sum(static_cast<size_t>(n_kv));
     for (int64_t c = 0; c < n_kv; ++c) {
         d_sum[size_t(c)] = k_widths[size_t(c)] + v_widths[size_t(c)] + 1;
-        d_sum_max = std::max(d_sum_max, d_sum[size_t(c)]);
     }
     const int64_t target_tasks = opt.n_workers * opt.waves;
 
-    std::vector<task> tasks;
-    if (opt.policy == decode_policy::plain) {
-        // As the fp16 kernels: one split count from the longest request, one chunk length for all.
+    // The plain cut, as the fp16 kernels: one split count from the longest request, one chunk length.
+    std::vector<task> plain;
+    {
         const int64_t groups = batch * n_kv;
         const int64_t want = (target_tasks + groups - 1) / groups;
-        const int64_t by_len =
-            std::max<int64_t>(1, (max_len + opt.min_chunk_tokens - 1) / opt.min_chunk_tokens);
+        const int64_t by_len = std::max<int64_t>(1, max_len / opt.min_chunk_tokens);
         const int64_t splits = std::clamp<int64_t>(want, 1, by_len);
         const int64_t chunk = std::max<int64_t>(1, (max_len + splits - 1) / splits);
         for (int64_t b = 0; b < batch; ++b)
             for (int64_t c = 0; c < n_kv; ++c)
                 for (int64_t first = 0; first < seq_lens[size_t(b)]; first += chunk) {
                     const int64_t end = std::min(seq_lens[size_t(b)], first + chunk);
-                    tasks.push_back(
-                        {b, c, first, end,
-                         decode_task_cost(end - first, k_widths[size_t(c)], v_widths[size_t(c)])});
+                    plain.push_back({b, c, first, end, (end - first) * d_sum[size_t(c)]});
                 }
+    }
+    std::vector<task> tasks;
+    if (opt.policy == decode_policy::plain) {
+        tasks = std::move(plain);
     } else {
         int64_t total = 0;
         for (int64_t b = 0; b < batch; ++b)
@@ -121,16 +128,33 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
                                  "build_decode_schedule: total cost overflows");
                 total += cost;
             }
-        const int64_t target =
-            std::max((total + target_tasks - 1) / target_tasks, opt.min_chunk_tokens * d_sum_max);
-        for (int64_t b = 0; b < batch; ++b)
-            for (int64_t c = 0; c < n_kv; ++c) {
-                const int64_t n = seq_lens[size_t(b)];
-                if (n == 0) continue;
-                const int64_t cost = n * d_sum[size_t(c)];
-                // Nearest number of chunks to cost / target: every chunk within a factor ~1.5 of it.
-                const int64_t parts = std::clamp<int64_t>((cost + target / 2) / target, 1, n);
-                cut_equal(b, c, n, parts, d_sum[size_t(c)], tasks);
+        // Candidate cuts: chunk costs near total / (w * n_workers) for w = 1 .. waves (counts
+        // rounded to nearest and up), and the plain cut. Fewer, larger chunks mean fewer partials
+        // to merge; more waves even out the tail. The LPT makespan of each candidate
+        // (balance_scheduler.h) decides; ties go to fewer tasks.
+        int64_t best = schedule_lpt(costs_of(plain), opt.n_workers).makespan;
+        tasks = plain;
+        for (int64_t w = 1; w <= opt.waves; ++w)
+            for (bool round_up : {false, true}) {
+                const int64_t target =
+                    std::max<int64_t>(1, (total + w * opt.n_workers - 1) / (w * opt.n_workers));
+                std::vector<task> cut;
+                for (int64_t b = 0; b < batch; ++b)
+                    for (int64_t c = 0; c < n_kv; ++c) {
+                        const int64_t n = seq_lens[size_t(b)];
+                        if (n == 0) continue;
+                        const int64_t cost = n * d_sum[size_t(c)];
+                        const int64_t want = (cost + (round_up ? target - 1 : target / 2)) / target;
+                        // Chunks no shorter than min_chunk_tokens.
+                        const int64_t parts =
+                            std::clamp<int64_t>(want, 1, std::max<int64_t>(1, n / opt.min_chunk_tokens));
+                        cut_equal(b, c, n, parts, d_sum[size_t(c)], cut);
+                    }
+                const int64_t makespan = schedule_lpt(costs_of(cut), opt.n_workers).makespan;
+                if (makespan < best || (makespan == best && cut.size() < tasks.size())) {
+                    best = makespan;
+                    tasks = std::move(cut);
+                }
             }
         // Descending cost; equal costs keep (b, c, token) order so the list is reproducible.
         std::stable_sort(tasks.begin(), tasks.end(),

@@ -8,10 +8,13 @@
 //             chosen from the longest request so that about waves * n_workers tasks exist, chunks
 //             no shorter than min_chunk_tokens; tasks in natural order (b, c, chunk).
 //   balanced  ZACK/FDC §5.3: a task costs s_kv * (k_width + v_width + 1) (balance_scheduler.h);
-//             every (b, c) is cut into chunks of about the same COST, a target that makes the total
-//             about `waves` waves of n_workers, never cheaper than min_chunk_tokens tokens of the
-//             widest head; rows in descending cost. A GPU hands the next work-group to the first
-//             free compute unit, so descending order is LPT list scheduling.
+//             candidate cuts give every (b, c) chunks of about the same COST, total / (w *
+//             n_workers) for w in 1..waves (chunk counts rounded to nearest and up, chunks no
+//             shorter than min_chunk_tokens), plus the plain cut (it wins when equal token chunks
+//             already fill the waves evenly); the candidate with the smallest LPT makespan is
+//             kept (ties: fewer tasks) and its rows are put in descending cost. A GPU hands the
+//             next work-group to the first free compute unit, so descending order is LPT list
+//             scheduling.
 // Both cover each request's tokens exactly once per KV head; empty requests get no tasks (zeros).
 #pragma once
 
@@ -32,7 +35,7 @@ const char * policy_name(decode_policy p);
 struct decode_schedule_options {
     decode_policy policy = decode_policy::balanced;
     int64_t n_workers = 1;           // compute units (SMs / CUs) of the device
-    int64_t waves = 4;               // target tasks ~ waves * n_workers
+    int64_t waves = 4;               // at most this many waves of n_workers tasks
     int64_t min_chunk_tokens = 256;  // below this a partial write + merge costs more than it saves
 };
 

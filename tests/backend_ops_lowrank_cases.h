@@ -1,0 +1,30 @@
+// Test cases of the low-rank KV ops (head_project, kv_append_ragged, attn_decode_ragged,
+// attn_prefill_ragged, attn_decode_palu; contracts in lib/core/op.h "Low-rank KV"). Internal to
+// tests/ and bench/, like backend_ops_cases_impl.h. These validate the OpenCL and CUDA kernels
+// against the CPU reference.
+#pragma once
+
+#include "backend_ops_cases.h"
+#include "host/lowrank/decode_schedule.h"
+
+namespace kvcomp::test {
+
+// Shape of a ragged case: per-KV-head widths, GQA group, pages and requests.
+struct ragged_spec {
+    std::vector<int64_t> k_widths, v_widths;  // per KV head (Palu: k_widths are the latent widths)
+    int64_t group = 4;                        // query heads per KV head
+    int64_t page_size = 16;
+    std::vector<int64_t> lens;  // decode: tokens per request (0 allowed); prefill: prompt lengths
+    host::lowrank::decode_policy policy = host::lowrank::decode_policy::balanced;
+    int64_t workers = 132;         // compute units the decode schedule is built for
+    bool balanced_prefill = true;  // attn_prefill_ragged
+    // Palu: full head dim, rotary dims and pairing.
+    int64_t head_dim = 128, rot_dim = 128;
+    rope_style style = rope_style::neox;
+    int64_t extra_pages = 3;
+};
+
+// The case lists' entries for these ops (called from backend_ops_list.cpp).
+void add_lowrank_cases(std::vector<case_ptr> & out, case_set set);
+
+}  // namespace kvcomp::test
