@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -211,6 +212,116 @@ INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
                          ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
                                             ::testing::Values("zack", "fdc", "palu")),
                          param_name);
+
+// --- reduced, uneven ranks against an independent construction (CPU) ---------------------------------
+//
+// Attention on q R_k and k R_k equals attention on q and k R_k R_k^T, and folding R_v into W_V / W_O
+// equals replacing v by v R_v R_v^T: so zack / fdc at any ranks are the uncompressed cache fed with
+// post-RoPE k and v projected on the host, and palu is that with k projected before RoPE. The
+// projection below runs on downloaded k / v in double and hands them to method "none"; nothing of
+// the low-rank ops or of their tables is used, so a wrong offset for uneven head widths shows here
+// (at full rank every width is head_dim and any packing looks the same).
+class projected_none : public engine::kv_method {
+  public:
+    // proj_k / proj_v: [layer * n_kv_heads + c] the d x d projector R R^T of that head (row-major).
+    projected_none(std::vector<std::vector<double>> pk, std::vector<std::vector<double>> pv, bool k_pre_rope,
+                   float theta)
+        : pk_(std::move(pk)), pv_(std::move(pv)), inner_(engine::create_kv_method("none", {})) {
+        proj_.k_pre_rope = k_pre_rope;
+        theta_ = theta;
+    }
+    std::string name() const override { return "projected_none"; }
+    const engine::layer_projection * projection(int64_t) const override { return &proj_; }
+    void allocate(backend & be, const engine::kv_shape & shape) override {
+        shape_ = shape;
+        inner_->allocate(be, shape);
+    }
+    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
+    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
+    void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
+                const tensor & v, const tensor & out, float scale) override {
+        const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const size_t bytes = size_t(n * nkv * d) * 4;
+        if (!buf_ || buf_->size() < 2 * bytes) buf_ = be.alloc(2 * bytes);
+        const tensor kt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d});
+        const tensor vt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d}, bytes);
+        project(be, k, kt, pk_, layer);
+        project(be, v, vt, pv_, layer);
+        if (proj_.k_pre_rope) {
+            rope_params rp;
+            rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = theta_;
+            be.run(make_op(rp, {kt, s.positions, tensor{}}, {kt}));
+        }
+        inner_->attend(be, layer, s, q, kt, vt, out, scale);
+    }
+
+  private:
+    void project(backend & be, const tensor & x, const tensor & y, const std::vector<std::vector<double>> & p,
+                 int64_t layer) {
+        const int64_t nkv = shape_.n_kv_heads, d = shape_.head_dim, rows = x.numel() / d;
+        std::vector<float> in(static_cast<size_t>(x.numel())), res(in.size());
+        be.download(*x.buf, x.offset, in.data(), in.size() * 4);
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto & P = p[size_t(layer * nkv + r % nkv)];
+            for (int64_t i = 0; i < d; ++i) {
+                double acc = 0;
+                for (int64_t j = 0; j < d; ++j) acc += P[size_t(i * d + j)] * double(in[size_t(r * d + j)]);
+                res[size_t(r * d + i)] = float(acc);
+            }
+        }
+        be.upload(*y.buf, y.offset, res.data(), res.size() * 4);
+    }
+
+    std::vector<std::vector<double>> pk_, pv_;
+    std::unique_ptr<engine::kv_method> inner_;
+    engine::layer_projection proj_;
+    float theta_ = 10000.0f;
+    engine::kv_shape shape_;
+    buffer_ptr buf_;
+};
+
+// R[:, :rank] R[:, :rank]^T of one head.
+std::vector<double> projector(const hl::head_basis & b, int64_t rank) {
+    const int64_t d = int64_t(b.sigma.size());
+    std::vector<double> p(static_cast<size_t>(d * d), 0.0);
+    for (int64_t i = 0; i < d; ++i)
+        for (int64_t j = 0; j < d; ++j)
+            for (int64_t c = 0; c < rank; ++c)
+                p[size_t(i * d + j)] += b.basis[size_t(i * b.cols + c)] * b.basis[size_t(j * b.cols + c)];
+    return p;
+}
+
+TEST(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
+    const auto prompt = random_tokens(40, 31);
+    const auto forced = random_tokens(6, 32);
+    for (const char * m : {"zack", "fdc", "palu"}) {
+        // The file's bases with ranks set by hand (the method serves a file's ranks as they are):
+        // uneven and odd widths per head and side, different in each layer.
+        hl::calibration c = hl::read_calibration(calib_file(m));
+        const std::vector<int64_t> ks = {16, 41, 7, 64}, vs = {33, 8, 64, 20};
+        for (size_t i = 0; i < c.ranks.k.size(); ++i) c.ranks.k[i] = ks[i % 4], c.ranks.v[i] = vs[i % 4];
+        const std::string file = calib_file(m) + ".uneven.safetensors";
+        hl::write_calibration(file, c);
+        const hl::kv_ranks & r = c.ranks;
+        std::vector<std::vector<double>> pk, pv;
+        for (size_t i = 0; i < r.k.size(); ++i) {
+            pk.push_back(projector(c.k[i], r.k[i]));
+            pv.push_back(projector(c.v[i], r.v[i]));
+        }
+        const bool palu = std::string(m) == "palu";
+        auto ref_cfg = test::tiny_engine_config(tiny_dir(), "cpu");
+        ref_cfg.method = "projected_none";
+        ref_cfg.method_factory = [=] {
+            return std::make_unique<projected_none>(pk, pv, palu, float(spec().rope_theta));
+        };
+        engine::engine ref(ref_cfg), lr(config("cpu", m, {{"calib", file}}));
+        const auto want = ref.prompt_logits(prompt);
+        EXPECT_LT(test::nmse(lr.prompt_logits(prompt), want), 1e-6) << m;
+        const auto lw = forced_logprobs(ref, prompt, forced), lg = forced_logprobs(lr, prompt, forced);
+        ASSERT_EQ(lg.size(), lw.size());
+        for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 2e-3) << m << " decode step " << i;
+    }
+}
 
 // --- folding paths (CPU): fp16 weights (gemm f32 x f16, W_O through f32) and a V bias (Qwen2) ----------
 
