@@ -425,12 +425,12 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
             return supports_probe_scores(*this, op);
-        case op_type::head_project:
-        case op_type::kv_append_ragged:
         case op_type::attn_decode_ragged:
+            return supports_attn_decode_ragged(*this, op);
         case op_type::attn_prefill_ragged:
+            return supports_attn_prefill_ragged(*this, op);
         case op_type::attn_decode_palu:
-            return support::no("low-rank ops are not implemented on OpenCL yet");
+            return supports_attn_decode_palu(*this, op);
         case op_type::count:
             return support::no("unknown op");
         default:
@@ -469,6 +469,21 @@ void cl_backend::run_checked(const op_desc & op) {
             break;
         case op_type::kv_append:
             run_kv_append(*this, op);
+            break;
+        case op_type::head_project:
+            run_head_project(*this, op);
+            break;
+        case op_type::kv_append_ragged:
+            run_kv_append_ragged(*this, op);
+            break;
+        case op_type::attn_decode_ragged:
+            run_attn_decode_ragged(*this, op);
+            break;
+        case op_type::attn_prefill_ragged:
+            run_attn_prefill_ragged(*this, op);
+            break;
+        case op_type::attn_decode_palu:
+            run_attn_decode_palu(*this, op);
             break;
         case op_type::attn_decode:
             run_attn_decode(*this, op);

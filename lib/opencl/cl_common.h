@@ -170,6 +170,15 @@ inline split_partials split_partials_for(cl_backend & be, const tensor & out, in
     const size_t rows = size_t(batch * n_q_heads) * size_t(n_splits);
     return {be.scratch((rows * size_t(head_dim) + rows * 2) * sizeof(float)), cl_ulong(rows * size_t(head_dim))};
 }
+// Partials of the ragged decode ops (attn_decode_ragged, attn_decode_palu): per schedule row and
+// query head of its group, the unnormalized output [max_width] and, from ml_off on, (max, sum).
+// Without tasks `part` is an unused placeholder.
+inline split_partials task_partials_for(cl_backend & be, const tensor & out, int64_t n_tasks, int64_t group,
+                                        int64_t max_width) {
+    if (n_tasks <= 0) return {mem_of(out), 0};
+    const size_t rows = size_t(n_tasks * group);
+    return {be.scratch((rows * size_t(max_width) + rows * 2) * sizeof(float)), cl_ulong(rows * size_t(max_width))};
+}
 inline cl_ulong elem_off(const tensor & t) {
     return cl_ulong(t.offset / dtype_size(t.type));
 }
@@ -250,11 +259,19 @@ void run_attn_prefill(cl_backend & be, const op_desc & op);
 void run_kv_quantize(cl_backend & be, const op_desc & op);
 void run_attn_decode_quant(cl_backend & be, const op_desc & op);
 void run_probe_scores(cl_backend & be, const op_desc & op);
+void run_head_project(cl_backend & be, const op_desc & op);
+void run_kv_append_ragged(cl_backend & be, const op_desc & op);
+void run_attn_decode_ragged(cl_backend & be, const op_desc & op);
+void run_attn_prefill_ragged(cl_backend & be, const op_desc & op);
+void run_attn_decode_palu(cl_backend & be, const op_desc & op);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);
 support supports_kv_quantize(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op);
 support supports_probe_scores(const cl_backend & be, const op_desc & op);
+support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op);
+support supports_attn_prefill_ragged(const cl_backend & be, const op_desc & op);
+support supports_attn_decode_palu(const cl_backend & be, const op_desc & op);
 
 }  // namespace kvcomp::cl
