@@ -213,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
                                             ::testing::Values("zack", "fdc", "palu")),
                          param_name);
 
-// --- reduced, uneven ranks against an independent construction (CPU) ---------------------------------
+// --- reduced, uneven ranks against an independent construction -----------------------------------------
 //
 // Attention on q R_k and k R_k equals attention on q and k R_k R_k^T, and folding R_v into W_V / W_O
 // equals replacing v by v R_v R_v^T: so zack / fdc at any ranks are the uncompressed cache fed with
@@ -291,7 +291,13 @@ std::vector<double> projector(const hl::head_basis & b, int64_t rank) {
     return p;
 }
 
-TEST(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
+class lowrank_reduced : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
+    const std::string be = GetParam();
+    std::string why;
+    if (!runs_lowrank(be, "palu", why) || !runs_lowrank(be, "zack", why))
+        GTEST_SKIP() << be << " does not run the low-rank ops: " << why;
     const auto prompt = random_tokens(40, 31);
     const auto forced = random_tokens(6, 32);
     for (const char * m : {"zack", "fdc", "palu"}) {
@@ -309,12 +315,12 @@ TEST(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
             pv.push_back(projector(c.v[i], r.v[i]));
         }
         const bool palu = std::string(m) == "palu";
-        auto ref_cfg = test::tiny_engine_config(tiny_dir(), "cpu");
+        auto ref_cfg = test::tiny_engine_config(tiny_dir(), be);
         ref_cfg.method = "projected_none";
         ref_cfg.method_factory = [=] {
             return std::make_unique<projected_none>(pk, pv, palu, float(spec().rope_theta));
         };
-        engine::engine ref(ref_cfg), lr(config("cpu", m, {{"calib", file}}));
+        engine::engine ref(ref_cfg), lr(config(be, m, {{"calib", file}}));
         const auto want = ref.prompt_logits(prompt);
         EXPECT_LT(test::nmse(lr.prompt_logits(prompt), want), 1e-6) << m;
         const auto lw = forced_logprobs(ref, prompt, forced), lg = forced_logprobs(lr, prompt, forced);
@@ -322,6 +328,9 @@ TEST(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
         for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 2e-3) << m << " decode step " << i;
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank_reduced, ::testing::ValuesIn(test::backends_to_test()),
+                         test::backend_param_name());
 
 // --- folding paths (CPU): fp16 weights (gemm f32 x f16, W_O through f32) and a V bias (Qwen2) ----------
 
