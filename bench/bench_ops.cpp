@@ -6,6 +6,9 @@
 //   2. the perf case list of test_backend_ops (perf-sized shapes; shrunk on CPU devices).
 //   3. paged fp16 decode attention, 32 query heads / 8 KV heads / head_dim 128 / page 16, for every
 //      batch x context of --batches and --contexts; GB/s counts the KV bytes read plus q and out.
+//   3c. low-rank decode attention (ZACK/FDC, Palu) on uneven per-head ranks at 50% and 70% KV
+//      compression: the plain and the balanced schedule of attn_decode_ragged, and Palu's decode
+//      (latent K reconstructed with RoPE each step) at the same ranks; bytes = the compressed K/V.
 //   4. causal prefill attention (q f32, K/V f16), 32 query heads / 8 KV heads / head_dim 128, for
 //      every batch x prompt length of --prefill; TFLOP/s counts 4 * head_dim * n_q_heads flops
 //      per visible (query, key) pair, i.e. the causal half: sum over b of L_b (L_b + 1) / 2.
@@ -23,6 +26,7 @@
 #include <string>
 
 #include "backend_ops_cases.h"
+#include "backend_ops_lowrank_cases.h"
 #include "backend_ops_quant_cases.h"
 #include "core/registry.h"
 
@@ -312,7 +316,36 @@ bool bench_device(const device_entry & dev, const options & o) {
                 w.context = ctx;
                 rep.emit(w);
             }
-    // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes.
+    // 3c. Low-rank decode on uneven ranks (per KV head, Llama-3-8B: 8 KV heads of 128, GQA 4). The
+    // profiles keep 50% / ~30% of the KV dims with the spread of widths adaptive ranks give.
+    struct rank_profile {
+        const char * name;
+        std::vector<int64_t> k, v;
+    };
+    const rank_profile profiles[] = {{"p50", {32, 48, 64, 64, 80, 96, 112, 128}, {16, 32, 32, 48, 64, 64, 64, 80}},
+                                     {"p70", {16, 16, 32, 32, 48, 48, 64, 80}, {16, 16, 16, 32, 32, 48, 48, 64}}};
+    for (const auto & prof : profiles)
+        for (int kind = 0; kind < 3; ++kind)  // plain, balanced, palu
+            for (int64_t batch : o.batches)
+                for (int64_t ctx : o.contexts) {
+                    ragged_spec rs;
+                    rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
+                    rs.lens.assign(size_t(batch), ctx);
+                    rs.extra_pages = 0;
+                    rs.workers = std::max<int64_t>(1, dev.info.compute_units);
+                    rs.policy = kind == 0 ? host::lowrank::decode_policy::plain : host::lowrank::decode_policy::balanced;
+                    case_ptr c = make_ragged_decode_case(rs, kind == 2);
+                    row w;
+                    ok = bench_case(*c, *be, dev.info, o, w) && ok;
+                    w.op = std::string(kind == 2 ? "decode_palu_" : kind == 0 ? "decode_lowrank_plain_"
+                                                                              : "decode_lowrank_balanced_") +
+                           prof.name;
+                    w.batch = batch;
+                    w.context = ctx;
+                    rep.emit(w);
+                }
+    // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes;
+    // then the low-rank prefill on the 50% profile, row blocks balanced per head and plain.
     for (const auto & [batch, len] : o.prefill) {
         case_ptr c = make_attn_prefill_case(std::vector<int64_t>(size_t(batch), len), 32, 8, 128);
         row w;
@@ -321,6 +354,19 @@ bool bench_device(const device_entry & dev, const options & o) {
         w.batch = batch;
         w.context = len;
         rep.emit(w);
+        for (bool balanced : {false, true}) {
+            ragged_spec rs;
+            rs.k_widths = profiles[0].k, rs.v_widths = profiles[0].v, rs.group = 4;
+            rs.lens.assign(size_t(batch), len);
+            rs.balanced_prefill = balanced;
+            case_ptr cr = make_attn_prefill_ragged_case(rs);
+            row wr;
+            ok = bench_case(*cr, *be, dev.info, o, wr) && ok;
+            wr.op = std::string("prefill_lowrank_") + (balanced ? "balanced_" : "plain_") + profiles[0].name;
+            wr.batch = batch;
+            wr.context = len;
+            rep.emit(wr);
+        }
     }
     return ok;
 }

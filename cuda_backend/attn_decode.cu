@@ -72,7 +72,7 @@ struct decode_args {
 template <int D, int QP, int U, int NST>
 constexpr size_t decode_smem_bytes() {
     constexpr size_t stage = size_t(NST) * U * 2 * kThreads * sizeof(uint4);
-    constexpr size_t merge = (size_t(kWarps) * QP * D + 2 * size_t(kWarps) * QP) * sizeof(float);
+    constexpr size_t merge = warp_merge_floats<kWarps, QP, D>() * sizeof(float);
     return stage > merge ? stage : merge;
 }
 
@@ -127,7 +127,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
 #pragma unroll
         for (int j = 0; j < 8; ++j) o[i][j] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;  // for head lane_head(lj), shared by the warp's groups
-    const int my_head = lane_head<L, QP>(lj);
 
     const __half * kbase = a.k_pages + int64_t(g) * a.page_size * D + lj * 8;
     const __half * vbase = a.v_pages + int64_t(g) * a.page_size * D + lj * 8;
@@ -177,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
         const int stage = it % NST;
         const int tok0 = first + it * S;
 
-        // Scores: this lane ends with head my_head's score of its token for each u.
+        // Scores: this lane ends with head lane_head<L, QP>(lj)'s score of its token for each u.
         float s[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -239,58 +238,13 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
     // is reused for the merge below.
     cp_async_wait<0>();
 
-    // Token groups of the warp share m, so their l and o add.
-#pragma unroll
-    for (int off = L; off < 32; off <<= 1) {
-        l_run += __shfl_xor_sync(full_mask, l_run, off);
-#pragma unroll
-        for (int i = 0; i < QP; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) o[i][j] += __shfl_xor_sync(full_mask, o[i][j], off);
-    }
-    __syncthreads();  // every lane is done with its staging slots
-    float * sm_o = reinterpret_cast<float *>(smem);  // [kWarps][QP][D]
-    float * sm_m = sm_o + kWarps * QP * D;  // [kWarps][QP]
-    float * sm_l = sm_m + kWarps * QP;  // [kWarps][QP]
-    if (tg == 0) {
-#pragma unroll
-        for (int i = 0; i < QP; ++i) {
-            float4 * dst = reinterpret_cast<float4 *>(sm_o + (warp * QP + i) * D + lj * 8);
-            dst[0] = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-            dst[1] = make_float4(o[i][4], o[i][5], o[i][6], o[i][7]);
-        }
-        if (lj == head_lane<L, QP>(my_head)) {
-            sm_m[warp * QP + my_head] = m_run;
-            sm_l[warp * QP + my_head] = l_run;
-        }
-    }
-    __syncthreads();
+    // Warps merge through shared memory (the ring is free: publish_warp_states' first barrier
+    // waits for every lane's last read of its staging slots).
+    float * sm = reinterpret_cast<float *>(smem);
+    publish_warp_states<L, QP, 8, kWarps>(m_run, l_run, o, sm);
 
-    for (int idx = tid; idx < nh * D; idx += kThreads) {
-        const int i = idx / D, d = idx % D;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * QP + i]);
-        float val = 0.0f, lse = -INFINITY;
-        if (mx != -INFINITY) {
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float wt = exp2f(sm_m[w * QP + i] - mx);  // 0 for a warp that saw no token
-                num = fmaf(wt, sm_o[(w * QP + i) * D + d], num);
-                den = fmaf(wt, sm_l[w * QP + i], den);
-            }
-            val = num / den;
-            lse = mx + log2f(den);
-        }
-        const int64_t row = int64_t(b) * a.n_q_heads + h0 + i;
-        if (a.n_splits == 1) {
-            a.out[row * D + d] = val;
-        } else {
-            a.part_o[(row * a.n_splits + split) * D + d] = val;
-            if (d == 0) a.part_lse[row * a.n_splits + split] = lse;
-        }
-    }
+    store_block_result<D, QP, kWarps>(sm, nh, int64_t(b) * a.n_q_heads + h0,
+                                      decode_dst{a.out, nullptr, a.part_o, a.part_lse, a.n_splits, split});
 }
 
 // out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); zeros when no split saw a token.

@@ -1,18 +1,20 @@
 // attn_decode_quant: one query token per request against its quantized KV blocks (slot format in
 // core/qblock.h) and its fp16 ring window; split-KV, GQA, codes dequantized in registers.
 //
+// Two kernels compute it: the tensor-core kernel of attn_decode_quant_mma.cu (the default, for
+// v_group a multiple of 16) and the SIMT kernel below (the fallback, and the one used everywhere
+// with KVCOMP_QUANT_DECODE=simt). This file holds the host side for both (variant, stages and
+// split choice, the split merge kernel); items and staging are shared (attn_decode_quant.cuh).
+//
 // Kernels:
-//   attn_decode_quant_kernel<D, QP, CPL>  one block of 128 threads (4 warps) per (request, KV head,
+//   attn_decode_quant_kernel<D, QP, CPL>  (SIMT)  one block of 128 threads (4 warps) per (request, KV head,
 //       head chunk, split); QP query heads of the KV head's GQA group per block (group rounded up
 //       to 1, 2, 4, 8; larger groups use several head chunks), so every code byte is read from
 //       memory once per group. D = head_dim (64 or 128); CPL = channels per lane (16 when QP <= 4,
 //       8 for QP = 8, to bound the q and o registers at 2 * QP * CPL).
 //   attn_decode_quant_merge_kernel  combines the splits' (o, lse) partials of one (request, head).
 //
-// Work items: the request's blocks, then its window cut into chunks of win_chunk tokens, where
-// win_chunk is chosen so that a chunk's K+V bytes are about one block's bytes. Split s of a
-// (request, KV head) takes items [s * items_per_split, ...) and the last split everything left,
-// so an underestimated item count (partial blocks) loses nothing.
+// Work items and splits: see attn_decode_quant.cuh.
 //
 // Memory: one block's region of a KV head is contiguous in its slot (vscale, hi segment, lo
 // segment: ~10.7 KB for ZipCache hd 128), so the 128 threads copy the 16-byte header plus that
@@ -44,6 +46,10 @@
 // the rows) counts as empty.
 #include <climits>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "attn_decode_quant.cuh"
 #include "common.cuh"
 #include "decode_common.cuh"
 
@@ -51,36 +57,10 @@ namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace dq;
+using dq_args = dq::args;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMinItemsPerSplit = 3;  // a split's pipeline fill and partial write cost ~1 item
-
-struct dq_args {
-    const float * q;
-    const uint8_t * pool;
-    const int32_t * indptr;
-    const int32_t * indices;
-    const __half * win_k;
-    const __half * win_v;
-    const int32_t * win;
-    float * out;
-    float * lse;
-    float * part_o;    // [batch * n_q_heads, n_splits, D] when n_splits > 1
-    float * part_lse;  // [batch * n_q_heads, n_splits], log2 units
-    int64_t slot_bytes, head_bytes;
-    int seg_off[2];  // hi / lo segment offsets within a head region
-    int cap[2], bits[2];
-    int seg_kstep, seg_vmin;  // segment-relative offsets independent of the capacity
-    int seg_vstep[2], seg_kcodes[2], seg_vcodes[2];
-    int groups, v_group;
-    bool cscale;
-    int n_slots, nnz, n_kv_heads, n_q_heads, group, head_chunks, n_splits, items_per_split;
-    int n_win_rows, win_tokens, win_chunk;
-    int stage_bytes, n_stages;
-    float qscale;  // scale * log2(e)
-};
 
 // Code of channel k of a lane's CPL channels as F = 1 + code / 2^BITS (see the banner).
 template <int BITS, int CPL>
@@ -272,7 +252,7 @@ __device__ __forceinline__ void window_step(dq_state<QP, CPL> & st, const float 
 // Shared memory: q [QP][D] f32, then max(ring of n_stages * stage_bytes, the warps' merge area).
 template <int D, int QP>
 constexpr size_t merge_bytes() {
-    return (size_t(kWarps) * QP * D + 2 * size_t(kWarps) * QP) * sizeof(float);
+    return warp_merge_floats<kWarps, QP, D>() * sizeof(float);
 }
 template <int D, int QP>
 size_t dq_smem_bytes(int stage_bytes, int n_stages) {
@@ -301,67 +281,22 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     const int h0 = g * a.group + chunk * QP;
     const int nh = min(QP, a.group - chunk * QP);
 
-    // The request's items (clamped: see the banner).
-    const int blk_begin = min(max(a.indptr[b], 0), a.nnz);
-    const int n_blk = max(min(a.indptr[b + 1], a.nnz) - blk_begin, 0);
-    const int w_row = a.win[3 * b], w_start = a.win[3 * b + 1];
-    int w_len = a.win[3 * b + 2];
-    if (w_len < 0 || w_len > a.win_tokens || w_start < 0 || w_start >= a.win_tokens ||
-        (w_len > 0 && (w_row < 0 || w_row >= a.n_win_rows)))
-        w_len = 0;
-    const int n_items = n_blk + (w_len + a.win_chunk - 1) / a.win_chunk;
-    const int it_begin = min(split * a.items_per_split, n_items);
-    const int it_end = split == a.n_splits - 1 ? n_items : min(it_begin + a.items_per_split, n_items);
-    const int n_it = it_end - it_begin;
+    const items its(a, b, split);
+    const int n_blk = its.n_blk, n_it = its.n_it, it_begin = its.it_begin;
 
     for (int idx = tid; idx < QP * D; idx += kThreads) {
         const int i = idx / D;  // padding heads past the group are never read (may lie past q)
         q_s[idx] = i < nh ? a.q[(int64_t(b) * a.n_q_heads + h0 + i) * D + idx % D] * a.qscale : 0.0f;
     }
 
-    // Slot of item `it` (relative to it_begin) when it is a block; loaded one issue ahead.
-    auto load_slot = [&](int it) {
-        const int item = it_begin + it;
-        return it < n_it && item < n_blk ? min(max(a.indices[blk_begin + item], 0), a.n_slots - 1) : 0;
-    };
-    auto issue = [&](int it, int slot) {
-        if (it < n_it) {
-            const int item = it_begin + it;
-            uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
-            if (item < n_blk) {
-                const uint8_t * src = a.pool + int64_t(slot) * a.slot_bytes;
-                const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
-                const int n_chunks = int(1 + a.head_bytes / 16);
-                for (int k = tid; k < n_chunks; k += kThreads)
-                    cp_async16(stage + 16 * k, k == 0 ? src : head + 16 * (k - 1), 16);
-            } else {
-                constexpr int RC = D / 8;  // 16-byte chunks per row
-                const int j0 = (item - n_blk) * a.win_chunk;
-                const int per_kv = a.win_chunk * RC;
-                for (int k = tid; k < 2 * per_kv; k += kThreads) {
-                    const int kv = k / per_kv, jj = (k % per_kv) / RC, part = k % RC;
-                    const int j = j0 + jj;
-                    const bool valid = j < w_len;
-                    const __half * base = kv ? a.win_v : a.win_k;
-                    const int64_t off = valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens +
-                                                 (w_start + j) % a.win_tokens) *
-                                                        D +
-                                                    part * 8
-                                              : 0;
-                    cp_async16(stage + (int64_t(kv * a.win_chunk + jj) * D + part * 8) * 2, base + off,
-                               valid ? 16 : 0);
-                }
-            }
-        }
-        cp_async_commit();  // one group per item, empty ones included, so the counts line up
-    };
+    auto load_slot = [&](int it) { return its.slot(a, it); };
+    auto issue = [&](int it, int slot) { its.template issue<D>(a, g, ring, it, slot); };
 
     dq_state<QP, CPL> st;
 #pragma unroll
     for (int i = 0; i < QP; ++i)
 #pragma unroll
         for (int k = 0; k < CPL; ++k) st.o[i][k] = 0.0f;
-    const int my_head = lane_head<L, QP>(lj);
 
     int next_slot = load_slot(0);
     for (int s = 0; s < a.n_stages - 1; ++s) {
@@ -406,7 +341,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
                 quant_step_bits<D, QP, CPL>(bits, st, qk, bias, vs, seg, so, tok, lo ? n_lo : n_hi, a, lj);
             }
         } else {
-            const int n_w = min(a.win_chunk, w_len - (item - n_blk) * a.win_chunk);
+            const int n_w = its.window_tokens(a, item);
             const int n_steps = (n_w + G - 1) / G;
             if (warp < n_steps) {
 #pragma unroll
@@ -422,57 +357,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     // anyway so that no copy can land in the ring once it is reused for the merge below.
     cp_async_wait<0>();
 
-    // Token groups of the warp share m, so their l and o add.
-#pragma unroll
-    for (int off = L; off < 32; off <<= 1) {
-        st.l += __shfl_xor_sync(full_mask, st.l, off);
-#pragma unroll
-        for (int i = 0; i < QP; ++i)
-#pragma unroll
-            for (int k = 0; k < CPL; ++k) st.o[i][k] += __shfl_xor_sync(full_mask, st.o[i][k], off);
-    }
-    __syncthreads();                                 // every warp is done with the ring
-    float * sm_o = reinterpret_cast<float *>(ring);  // [kWarps][QP][D]
-    float * sm_m = sm_o + kWarps * QP * D;           // [kWarps][QP]
-    float * sm_l = sm_m + kWarps * QP;               // [kWarps][QP]
-    if (tg == 0) {
-#pragma unroll
-        for (int i = 0; i < QP; ++i)
-#pragma unroll
-            for (int k = 0; k < CPL; ++k) sm_o[(warp * QP + i) * D + lj * CPL + k] = st.o[i][k];
-        if (lj == head_lane<L, QP>(my_head)) {
-            sm_m[warp * QP + my_head] = st.m;
-            sm_l[warp * QP + my_head] = st.l;
-        }
-    }
-    __syncthreads();
+    float * sm = reinterpret_cast<float *>(ring);  // the warps merge through the ring
+    publish_warp_states<L, QP, CPL, kWarps>(st.m, st.l, st.o, sm);
 
-    for (int idx = tid; idx < nh * D; idx += kThreads) {
-        const int i = idx / D, d = idx % D;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm_m[w * QP + i]);
-        float val = 0.0f, lse2 = -INFINITY;
-        if (mx != -INFINITY) {
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float wt = exp2f(sm_m[w * QP + i] - mx);  // 0 for a warp that saw no token
-                num = fmaf(wt, sm_o[(w * QP + i) * D + d], num);
-                den = fmaf(wt, sm_l[w * QP + i], den);
-            }
-            val = num / den;
-            lse2 = mx + log2f(den);
-        }
-        const int64_t row = int64_t(b) * a.n_q_heads + h0 + i;
-        if (a.n_splits == 1) {
-            a.out[row * D + d] = val;
-            if (d == 0) a.lse[row] = lse2 * kLn2;  // -inf stays -inf
-        } else {
-            a.part_o[(row * a.n_splits + split) * D + d] = val;
-            if (d == 0) a.part_lse[row * a.n_splits + split] = lse2;
-        }
-    }
+    store_block_result<D, QP, kWarps>(sm, nh, int64_t(b) * a.n_q_heads + h0,
+                                      decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
 }
 
 // out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2; zeros and
@@ -579,6 +468,31 @@ size_t smem_for(int head_dim, int qp, int stage_bytes, int n_stages) {
 
 constexpr size_t kSmemLimit = 48 * 1024;  // the default limit on every target: no opt-in needed
 
+// KVCOMP_QUANT_DECODE (read here only): "simt" forces the SIMT kernel (to compare, or to fall back
+// on a GPU where the tensor-core kernel misbehaves); "mma" or unset: the tensor-core kernel
+// wherever it handles the layout (dq::mma_handles), else the SIMT kernel.
+bool mma_requested() {
+    static const bool mma = [] {
+        const char * v = std::getenv("KVCOMP_QUANT_DECODE");
+        if (!v || !*v || std::strcmp(v, "mma") == 0) return true;
+        if (std::strcmp(v, "simt") == 0) return false;
+        KVCOMP_THROW(status::invalid_argument, "KVCOMP_QUANT_DECODE=", v, ": expected 'mma' or 'simt'");
+    }();
+    return mma;
+}
+bool use_mma(const qblock_layout & q) {
+    return mma_requested() && mma_handles(q, nullptr);
+}
+
+// Stages: three when they fit the default shared memory, else two; 0 when two do not fit.
+int stages_for(const qblock_layout & q, bool mma, int qp) {
+    const int64_t stage = std::min<int64_t>(stage_bytes_for(q), INT_MAX / 4);
+    const int D = int(q.head_dim);
+    for (int n = 3; n >= 2; --n)
+        if ((mma ? mma_smem_bytes(D, int(stage), n) : smem_for(D, qp, int(stage), n)) <= kSmemLimit) return n;
+    return 0;
+}
+
 }  // namespace
 
 support supports_attn_decode_quant(const op_desc & op) {
@@ -586,15 +500,15 @@ support supports_attn_decode_quant(const op_desc & op) {
     const qblock_layout & q = p.q;
     if (q.head_dim != 64 && q.head_dim != 128)
         return support::no("head_dim " + std::to_string(q.head_dim) + " (CUDA kernels exist for 64 and 128)");
-    const int qp = qp_for(p.n_q_heads / q.n_kv_heads);
-    const int cpl = cpl_for(qp);
-    if (q.v_group % cpl != 0)
-        return support::no("v_group " + std::to_string(q.v_group) + " must be a multiple of " +
-                           std::to_string(cpl) + " (channels per lane)");
+    const bool mma = use_mma(q);
+    const int qp = mma ? kMmaHeads : qp_for(p.n_q_heads / q.n_kv_heads);
+    if (!mma && q.v_group % cpl_for(qp) != 0)
+        return support::no("v_group " + std::to_string(q.v_group) + " must be a multiple of 16 (tensor-core kernel" +
+                           (mma_requested() ? "" : ", disabled by KVCOMP_QUANT_DECODE=simt") + ") or of " +
+                           std::to_string(cpl_for(qp)) + " (SIMT kernel: channels per lane)");
     if (op.src[1].offset % 16 != 0 || op.src[4].offset % 16 != 0 || op.src[5].offset % 16 != 0)
         return support::no("pool, win_k and win_v views must start at 16-byte aligned offsets (cp.async)");
-    const int64_t stage = stage_bytes_for(q);
-    if (smem_for(int(q.head_dim), qp, int(std::min<int64_t>(stage, INT_MAX)), 2) > kSmemLimit)
+    if (stages_for(q, mma, qp) == 0)
         return support::no("a block's region of one KV head (" + std::to_string(q.head_bytes()) +
                            " bytes) is too large for two shared-memory stages");
     if (p.n_slots > INT_MAX || p.nnz_blocks > INT_MAX || p.max_tokens > INT_MAX ||
@@ -611,7 +525,8 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     const qblock_layout & q = p.q;
     const int D = int(q.head_dim);
     const int group = int(p.n_q_heads / q.n_kv_heads);
-    const int qp = qp_for(group);
+    const bool mma = use_mma(q);
+    const int qp = mma ? kMmaHeads : qp_for(group);
     const int head_chunks = int(ceil_div(group, qp));
 
     dq_args a{};
@@ -652,10 +567,9 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     a.win_tokens = int(p.win_tokens);
     a.qscale = p.scale * kLog2e;
 
-    // Stages: three when they fit the default shared memory, else two (supports checked).
     a.stage_bytes = int(stage_bytes_for(q));
-    a.n_stages = smem_for(D, qp, a.stage_bytes, 3) <= kSmemLimit ? 3 : 2;
-    const size_t smem = smem_for(D, qp, a.stage_bytes, a.n_stages);
+    a.n_stages = stages_for(q, mma, qp);  // >= 2: supports checked
+    const size_t smem = mma ? mma_smem_bytes(D, a.stage_bytes, a.n_stages) : smem_for(D, qp, a.stage_bytes, a.n_stages);
     // A window chunk carries about a block's bytes: K and V rows of 2 * D bytes each.
     a.win_chunk = int(std::max<int64_t>(1, a.stage_bytes / (4 * q.head_dim)));
 
@@ -670,7 +584,8 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     const int64_t work = p.batch * q.n_kv_heads * head_chunks;
     int64_t splits = p.n_splits;
     if (splits <= 0) {
-        const int64_t slots = int64_t(ctx.sm_count) * dispatch(D, qp, ctx, a, 0, smem);
+        const int64_t slots =
+            int64_t(ctx.sm_count) * (mma ? mma_blocks_per_sm(D, a.cscale, smem) : dispatch(D, qp, ctx, a, 0, smem));
         const int64_t max_splits =
             std::min(std::max<int64_t>(1, est_items / kMinItemsPerSplit), 2 * ceil_div(slots, work) + 1);
         double best = 0.0;
@@ -697,7 +612,10 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
         a.part_o = reinterpret_cast<float *>(ws);
         a.part_lse = reinterpret_cast<float *>(ws + o_bytes);
     }
-    dispatch(D, qp, ctx, a, work * splits, smem);
+    if (mma)
+        mma_launch(ctx, a, D, work * splits, smem);
+    else
+        dispatch(D, qp, ctx, a, work * splits, smem);
     if (splits > 1) {
         attn_decode_quant_merge_kernel<<<unsigned(p.batch * p.n_q_heads), unsigned(D), 0, ctx.stream>>>(
             a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D);

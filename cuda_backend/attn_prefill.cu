@@ -96,25 +96,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half
                  : "r"(s));
 }
 
-// c (16x8 f32) += a (16x16 f16, row-major) * b (16x8 f16, "col": b stored as 8 columns of 16).
-// Fragments, with g = lane/4, t = lane%4 (PTX ISA, mma.m16n8k16 floating point):
-//   a[0]: row g,   k 2t..2t+1     a[1]: row g+8, k 2t..2t+1
-//   a[2]: row g,   k 2t+8..2t+9   a[3]: row g+8, k 2t+8..2t+9
-//   b[0]: k 2t..2t+1, column g    b[1]: k 2t+8..2t+9, column g
-//   c[0..1]: row g, columns 2t..2t+1    c[2..3]: row g+8, columns 2t..2t+1
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    // Not volatile: a pure register operation, so the compiler may schedule it freely.
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);  // .x (lower address, lower k) = lo
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
-
 // Starts the copies of keys [k0, k0 + kBN) of request rows [s0, s0 + n) into one stage.
 // kBN * D/8 16-byte chunks per matrix, spread over the block; keys >= n are zero-filled (their
 // scores are masked, and zero V keeps 0 * garbage out of the sum). The source of a zero-fill

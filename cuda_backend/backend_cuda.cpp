@@ -143,11 +143,11 @@ class cuda_backend : public backend {
             case op_type::kv_quantize: return supports_kv_quantize(op);
             case op_type::attn_decode_quant: return supports_attn_decode_quant(op);
             case op_type::probe_scores: return supports_probe_scores(op);
-            case op_type::head_project:
-            case op_type::kv_append_ragged:
-            case op_type::attn_decode_ragged:
-            case op_type::attn_prefill_ragged:
-            case op_type::attn_decode_palu: return support::no("low-rank ops are not implemented on CUDA yet");
+            case op_type::head_project: return supports_head_project(op);
+            case op_type::kv_append_ragged: return supports_kv_append_ragged(op);
+            case op_type::attn_decode_ragged: return supports_attn_decode_ragged(op);
+            case op_type::attn_prefill_ragged: return supports_attn_prefill_ragged(op);
+            case op_type::attn_decode_palu: return supports_attn_decode_palu(op);
             case op_type::count: return support::no("unknown op");
             default: return support::yes();
         }
@@ -225,6 +225,11 @@ class cuda_backend : public backend {
             case op_type::kv_quantize: run_kv_quantize(ctx_, op); break;
             case op_type::attn_decode_quant: run_attn_decode_quant(ctx_, op); break;
             case op_type::probe_scores: run_probe_scores(ctx_, op); break;
+            case op_type::head_project: run_head_project(ctx_, op); break;
+            case op_type::kv_append_ragged: run_kv_append_ragged(ctx_, op); break;
+            case op_type::attn_decode_ragged: run_attn_decode_ragged(ctx_, op); break;
+            case op_type::attn_prefill_ragged: run_attn_prefill_ragged(ctx_, op); break;
+            case op_type::attn_decode_palu: run_attn_decode_palu(ctx_, op); break;
             default: KVCOMP_THROW(status::internal, name(), ": no kernel for op ", op_label(op.type));
         }
         if (debug_sync_) {

@@ -99,6 +99,11 @@ void run_attn_prefill(context & ctx, const op_desc & op);
 void run_kv_quantize(context & ctx, const op_desc & op);
 void run_attn_decode_quant(context & ctx, const op_desc & op);
 void run_probe_scores(context & ctx, const op_desc & op);
+void run_head_project(context & ctx, const op_desc & op);
+void run_kv_append_ragged(context & ctx, const op_desc & op);
+void run_attn_decode_ragged(context & ctx, const op_desc & op);
+void run_attn_prefill_ragged(context & ctx, const op_desc & op);
+void run_attn_decode_palu(context & ctx, const op_desc & op);
 
 // Shape limits of the kernels that have any (the rest take every shape check_op accepts).
 support supports_gemm(const op_desc & op);
@@ -107,5 +112,10 @@ support supports_attn_prefill(const op_desc & op);
 support supports_kv_quantize(const op_desc & op);
 support supports_attn_decode_quant(const op_desc & op);
 support supports_probe_scores(const op_desc & op);
+support supports_head_project(const op_desc & op);
+support supports_kv_append_ragged(const op_desc & op);
+support supports_attn_decode_ragged(const op_desc & op);
+support supports_attn_prefill_ragged(const op_desc & op);
+support supports_attn_decode_palu(const op_desc & op);
 
 }  // namespace kvcomp::cuda

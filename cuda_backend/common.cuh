@@ -1,5 +1,5 @@
 // Device helpers shared by the CUDA op files: dtype load/store with the contract's rounding,
-// warp and block reductions, cp.async copies, launch-size helpers.
+// warp and block reductions, cp.async copies, mma.sync fragments, launch-size helpers.
 //
 // Kernels: none here. Layout conventions used by every op file: tensors are contiguous row-major
 // views (core/tensor.h); element indices are int64_t wherever a tensor can exceed 2^31 elements.
@@ -96,6 +96,36 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---- tensor cores (mma.sync, sm_80+) --------------------------------------------------------
+// c (16x8 f32) += a (16x16 f16, row-major) * b (16x8 f16, "col": b stored as 8 columns of 16).
+// Fragments, with g = lane/4, t = lane%4 (PTX ISA, mma.m16n8k16 floating point):
+//   a[0]: row g,   k 2t..2t+1     a[1]: row g+8, k 2t..2t+1
+//   a[2]: row g,   k 2t+8..2t+9   a[3]: row g+8, k 2t+8..2t+9
+//   b[0]: k 2t..2t+1, column g    b[1]: k 2t+8..2t+9, column g
+//   c[0..1]: row g, columns 2t..2t+1    c[2..3]: row g+8, columns 2t..2t+1
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    // Not volatile: a pure register operation, so the compiler may schedule it freely.
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one half2 register, each rounded to nearest even.
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // .x (lower address, lower k) = lo
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// 8x8 matrix of 16-bit values transposed across the warp: lane l holds (as in an mma fragment) row
+// l/4, columns 2(l%4) and 2(l%4)+1 (lower column in the low half), and gets the same positions of
+// the transposed matrix, i.e. column l/4, rows 2(l%4) and 2(l%4)+1 of the original.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
 }
 
 // ---- launch helpers ------------------------------------------------------------------------

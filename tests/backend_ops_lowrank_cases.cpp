@@ -348,6 +348,13 @@ class attn_prefill_ragged_case : public test_case {
         return ragged_vars(s_) + ",balanced=" + (s_.balanced_prefill ? "1" : "0");
     }
     double max_nmse() const override { return 1e-6; }
+    // Causal half: per request L (L + 1) / 2 visible pairs, 2 (k_width + v_width) flops per pair and
+    // query head (q.k and p.v).
+    uint64_t flops() const override {
+        uint64_t pairs = 0;
+        for (int64_t l : s_.lens) pairs += uint64_t(l) * uint64_t(l + 1) / 2;
+        return pairs * uint64_t(2 * s_.group * (sum(s_.k_widths) + sum(s_.v_widths)));
+    }
     op_desc build(const std::vector<tensor> & v) const override {
         attn_prefill_ragged_params p;
         p.batch = int64_t(s_.lens.size()), p.n_tokens = n_tokens_, p.n_kv_heads = int64_t(s_.k_widths.size());
@@ -383,6 +390,14 @@ ragged_spec rs(std::vector<int64_t> k, std::vector<int64_t> v, int64_t g, std::v
 }
 
 }  // namespace
+
+case_ptr make_attn_prefill_ragged_case(const ragged_spec & s) {
+    return std::make_unique<attn_prefill_ragged_case>(s);
+}
+
+case_ptr make_ragged_decode_case(const ragged_spec & s, bool palu) {
+    return std::make_unique<ragged_decode_case>(s, palu);
+}
 
 void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
     using P = lr::decode_policy;

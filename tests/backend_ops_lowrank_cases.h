@@ -24,6 +24,11 @@ struct ragged_spec {
     int64_t extra_pages = 3;
 };
 
+// attn_decode_ragged (palu = false) or attn_decode_palu over the spec's requests (bench_ops sweeps).
+case_ptr make_ragged_decode_case(const ragged_spec & s, bool palu);
+// attn_prefill_ragged over the spec's prompts (bench_ops prefill rows).
+case_ptr make_attn_prefill_ragged_case(const ragged_spec & s);
+
 // The case lists' entries for these ops (called from backend_ops_list.cpp).
 void add_lowrank_cases(std::vector<case_ptr> & out, case_set set);
 

@@ -55,16 +55,31 @@ std::string model_hash(const std::string & config_json_text, const std::vector<t
     return buf;
 }
 
-std::string model_hash_of_dir(const std::string & model_dir) {
-    const std::string cfg_path = (std::filesystem::path(model_dir) / "config.json").string();
+namespace {
+std::string config_path(const std::string & model_dir) {
+    return (std::filesystem::path(model_dir) / "config.json").string();
+}
+std::string read_config(const std::string & cfg_path) {
     std::ifstream in(cfg_path, std::ios::binary);
     if (!in) KVCOMP_THROW(status::io_error, cfg_path, ": cannot open (needed for the model hash)");
     std::ostringstream text;
     text << in.rdbuf();
+    return text.str();
+}
+}  // namespace
+
+std::string model_hash_of_dir(const std::string & model_dir) {
+    const std::string cfg_path = config_path(model_dir);
+    const std::string text = read_config(cfg_path);
     const tensor_set ts = tensor_set::open(model_dir);
     std::vector<tensor_shape> shapes;
     for (const std::string & name : ts.names()) shapes.push_back({name, ts.get(name).shape});
-    return model_hash(text.str(), shapes, cfg_path);
+    return model_hash(text, shapes, cfg_path);
+}
+
+std::string model_hash_of_random_weights(const std::string & model_dir, uint64_t seed) {
+    const std::string cfg_path = config_path(model_dir);
+    return model_hash(read_config(cfg_path), {{"random_weights_seed=" + std::to_string(seed), {}}}, cfg_path);
 }
 
 }  // namespace kvcomp::host::lowrank

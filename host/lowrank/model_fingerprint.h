@@ -29,4 +29,9 @@ std::string model_hash(const std::string & config_json_text, const std::vector<t
 // Throws io_error when config.json cannot be read, and whatever tensor_set::open throws.
 std::string model_hash_of_dir(const std::string & model_dir);
 
+// The model kvcomp makes up from DIR/config.json with random weights of `seed` (engine
+// random_weights): config.json plus one pseudo-tensor line naming the seed, so a calibration of
+// random weights serves only the same random weights.
+std::string model_hash_of_random_weights(const std::string & model_dir, uint64_t seed);
+
 }  // namespace kvcomp::host::lowrank

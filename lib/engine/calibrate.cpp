@@ -8,10 +8,10 @@
 
 #include "engine/engine.h"
 #include "engine/kv_method_capture.h"
+#include "engine/model_weights.h"
 #include "host/lowrank/model_fingerprint.h"
 #include "host/lowrank/rate_search.h"
 #include "host/model/model_config.h"
-#include "host/model/safetensors.h"
 
 namespace kvcomp::engine {
 
@@ -38,6 +38,8 @@ std::shared_ptr<capture_grams> capture(const calibrate_config & cfg, bool with_v
     engine_config ec;
     ec.model_dir = cfg.model_dir;
     ec.backend = cfg.backend;
+    ec.random_weights = cfg.random_weights;
+    ec.weight_seed = cfg.weight_seed;
     ec.matrix_type = cfg.f32_weights ? dtype::f32 : dtype::f16;
     ec.method = "capture";
     ec.method_factory = [grams] { return make_kv_method_capture(grams); };
@@ -89,19 +91,20 @@ calibrate_result run_calibration(const calibrate_config & cfg) {
         grams = capture(cfg, m == lowrank_method::zack);
         out.tokens_captured = grams->tokens;
     }
-    const auto ts = host::tensor_set::open(cfg.model_dir);
+    const weight_reader weights =
+        cfg.random_weights ? random_weight_reader(cfg.weight_seed) : checkpoint_weight_reader(cfg.model_dir);
     calibration & c = out.calib;
     c.method = m;
-    c.model_hash = model_hash_of_dir(cfg.model_dir);
+    c.model_hash = engine_model_hash(cfg.model_dir, cfg.random_weights, cfg.weight_seed);
     c.rank_multiple = cfg.rank_multiple;
     kv_spectra sp;
     sp.num_layers = L, sp.num_kv_heads = nkv, sp.head_dim = d;
     for (int64_t l = 0; l < L; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-        const auto wv = ts.get_floats(p + "v_proj.weight");  // [nkv * d, hidden]
+        const auto wv = weights(p + "v_proj.weight", nkv * d * hidden);
         std::vector<float> wk, wo;
-        if (m == lowrank_method::palu) wk = ts.get_floats(p + "k_proj.weight");
-        if (m == lowrank_method::zack) wo = ts.get_floats(p + "o_proj.weight");  // [hidden, nq * d]
+        if (m == lowrank_method::palu) wk = weights(p + "k_proj.weight", nkv * d * hidden);
+        if (m == lowrank_method::zack) wo = weights(p + "o_proj.weight", hidden * nq * d);  // [hidden, nq * d]
         for (int64_t h = 0; h < nkv; ++h) {
             const size_t i = size_t(l * nkv + h);
             if (runs_model) {
@@ -136,6 +139,10 @@ calibrate_result run_calibration(const calibrate_config & cfg) {
     }
     c.validate();
     return out;
+}
+
+std::string engine_model_hash(const std::string & model_dir, bool random_weights, uint64_t weight_seed) {
+    return random_weights ? model_hash_of_random_weights(model_dir, weight_seed) : model_hash_of_dir(model_dir);
 }
 
 std::vector<int32_t> random_calibration_tokens(const host::tokenizer & tok, int64_t model_vocab, int64_t n,

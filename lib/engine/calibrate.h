@@ -31,6 +31,8 @@ namespace kvcomp::engine {
 struct calibrate_config {
     std::string model_dir;
     std::string backend = "default";  // where the capture forward runs
+    bool random_weights = false;      // the model of random_model_weights(weight_seed): config.json only
+    uint64_t weight_seed = 1;
     bool f32_weights = false;         // device weights f32 (tests: the exact path); default f16
     host::lowrank::lowrank_method method = host::lowrank::lowrank_method::fdc;
     // Calibration prompts (token ids, each at most the engine's context); unused by palu.
@@ -48,6 +50,11 @@ struct calibrate_result {
 // Throws invalid_argument naming the bad setting (no prompt for zack/fdc, both or neither rate,
 // r outside [0, 1], rank_multiple outside [1, head_dim], ...), and whatever the engine throws.
 calibrate_result run_calibration(const calibrate_config & cfg);
+
+// The fingerprint a calibration file records for the model the engine runs: model_hash_of_dir, or
+// for random weights a hash of config.json and the weight seed (random weights of another seed are
+// another model).
+std::string engine_model_hash(const std::string & model_dir, bool random_weights, uint64_t weight_seed);
 
 // Calibration tokens. random: n ids drawn uniformly (seeded) from the tokenizer's non-special ids
 // below min(tokenizer vocabulary, model vocabulary) (FDC: random vocabulary tokens).

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "host/model/safetensors.h"
@@ -78,36 +79,73 @@ model_weights load_model_weights(backend & be, const host::model_config & cfg, c
     });
 }
 
-model_weights random_model_weights(backend & be, const host::model_config & cfg, dtype matrix_type, uint64_t seed) {
-    // One random block reused with a rotating start: drawing 8e9 normals for Llama-3-8B shapes would
-    // take minutes, and timings do not depend on the values (only on their being finite).
+namespace {
+
+// The random block of random_model_weights and where a named tensor starts in it: a name-keyed
+// start (FNV-1a) keeps a tensor's values independent of load order, so host code can recompute
+// them (random_weight_reader).
+std::vector<float> random_block(uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd(0.0f, 0.02f);
-    // The block is encoded once per dtype and tiled as bytes: converting 8e9 values one by one
-    // took minutes of every Llama-3-8B benchmark.
     std::vector<float> block(size_t(1) << 20);
     for (float & x : block) x = nd(rng);
+    return block;
+}
+size_t random_start(const std::string & name, size_t period) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+    return size_t(h % period);
+}
+bool is_norm(const std::string & name) { return name.find("norm") != std::string::npos; }
+
+}  // namespace
+
+model_weights random_model_weights(backend & be, const host::model_config & cfg, dtype matrix_type, uint64_t seed) {
+    // One random block reused with a name-keyed start: drawing 8e9 normals for Llama-3-8B shapes
+    // would take minutes, and timings do not depend on the values (only on their being finite).
+    const std::vector<float> block = random_block(seed);
+    // The block is encoded once per dtype and tiled as bytes: converting 8e9 values one by one
+    // took minutes of every Llama-3-8B benchmark.
     std::map<dtype, std::vector<uint8_t>> encoded;
-    size_t start = 0;
     return build(be, cfg, matrix_type, [&](const std::string & name, const std::vector<int64_t> & shape, dtype type) {
         int64_t n = 1;
         for (int64_t d : shape) n *= d;
-        if (name.find("norm") != std::string::npos)
+        if (is_norm(name))
             return host::encode_floats(std::vector<float>(static_cast<size_t>(n), 1.0f), host::st_dtype_from_kvcomp(type));
         auto & enc = encoded[type];
         if (enc.empty()) enc = host::encode_floats(block, host::st_dtype_from_kvcomp(type));
         const size_t es = dtype_size(type), total = size_t(n) * es, period = enc.size();
         std::vector<uint8_t> out(total);
-        size_t pos = (start % block.size()) * es, done = 0;
+        size_t pos = random_start(name, block.size()) * es, done = 0;
         while (done < total) {
             const size_t len = std::min(total - done, period - pos);
             std::memcpy(out.data() + done, enc.data() + pos, len);
             done += len;
             pos = 0;
         }
-        start += 7919;
         return out;
     });
+}
+
+weight_reader random_weight_reader(uint64_t seed) {
+    auto block = std::make_shared<const std::vector<float>>(random_block(seed));
+    return [block](const std::string & name, int64_t n) {
+        std::vector<float> out(static_cast<size_t>(n), 1.0f);
+        if (is_norm(name)) return out;
+        const size_t start = random_start(name, block->size());
+        for (size_t i = 0; i < out.size(); ++i) out[i] = (*block)[(start + i) % block->size()];
+        return out;
+    };
+}
+
+weight_reader checkpoint_weight_reader(const std::string & model_dir) {
+    auto ts = std::make_shared<const host::tensor_set>(host::tensor_set::open(model_dir));
+    return [ts, model_dir](const std::string & name, int64_t n) {
+        std::vector<float> out = ts->get_floats(name);
+        KVCOMP_CHECK_ARG(int64_t(out.size()) == n, model_dir, ": tensor ", name, " has ", out.size(),
+                         " values, expected ", n);
+        return out;
+    };
 }
 
 }  // namespace kvcomp::engine

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,12 @@ model_weights load_model_weights(backend & be, const host::model_config & cfg, c
 
 // Random weights (normal * 0.02 for matrices, 1 for norms), deterministic from `seed`.
 model_weights random_model_weights(backend & be, const host::model_config & cfg, dtype matrix_type, uint64_t seed);
+
+// A weight tensor's f32 values on the host by checkpoint name and element count, for host math on
+// the weights (calibration bases): from the checkpoint, or the values random_model_weights(seed)
+// uploads (before their rounding to the matrix dtype).
+using weight_reader = std::function<std::vector<float>(const std::string & name, int64_t n)>;
+weight_reader checkpoint_weight_reader(const std::string & model_dir);
+weight_reader random_weight_reader(uint64_t seed);
 
 }  // namespace kvcomp::engine

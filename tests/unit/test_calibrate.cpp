@@ -11,11 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "core/registry.h"
 #include "engine/calibrate.h"
 #include "engine/engine.h"
 #include "engine/kv_method_capture.h"
+#include "engine/model_weights.h"
 #include "host/lowrank/model_fingerprint.h"
 #include "host/lowrank/svd_basis.h"
+#include "host/model/model_config.h"
 #include "host/model/safetensors.h"
 #include "support/expect_error.h"
 #include "support/tiny_model.h"
@@ -188,4 +191,36 @@ TEST(calibrate, fdc_palu_compression_target_and_bad_settings) {
     cfg.compression.reset();
     cfg.removal_rate = 1.5;
     test::expect_error([&] { engine::run_calibration(cfg); }, status::invalid_argument, {"removal rate 1.5"});
+}
+
+// The random-weight model of kvcomp bench: the host reader gives the values the engine uploads
+// (f32 weights: bit for bit), the file records a hash of config.json and the seed (another seed or
+// the checkpoint itself is another model), and an FDC calibration of it runs.
+TEST(calibrate, random_weights_reader_hash_and_fdc_run) {
+    const test::tiny_model_spec spec;
+    const std::string dir = test::write_tiny_model(spec, "calib_random");
+    const auto mc = host::load_model_config(dir);
+    auto be = create_backend("cpu");
+    const auto w = engine::random_model_weights(*be, mc, dtype::f32, 5);
+    const int64_t n = mc.kv_dim() * mc.hidden_size;
+    std::vector<float> uploaded(static_cast<size_t>(n));
+    be->download(*w.layers[1].wv, 0, uploaded.data(), uploaded.size() * 4);
+    const auto host_values = engine::random_weight_reader(5)("model.layers.1.self_attn.v_proj.weight", n);
+    EXPECT_EQ(host_values, uploaded);
+    EXPECT_NE(engine::random_weight_reader(6)("model.layers.1.self_attn.v_proj.weight", n), uploaded);
+
+    const std::string h5 = engine::engine_model_hash(dir, true, 5);
+    EXPECT_NE(h5, engine::engine_model_hash(dir, true, 6));
+    EXPECT_NE(h5, engine::engine_model_hash(dir, false, 5));
+    EXPECT_EQ(engine::engine_model_hash(dir, false, 5), model_hash_of_dir(dir));
+
+    engine::calibrate_config cfg;
+    cfg.model_dir = dir, cfg.backend = "cpu", cfg.f32_weights = true;
+    cfg.random_weights = true, cfg.weight_seed = 5;
+    cfg.method = lowrank_method::fdc;
+    cfg.prompts = {random_tokens(40, int32_t(spec.vocab), 9)};
+    cfg.removal_rate = 0.2;
+    const auto res = engine::run_calibration(cfg);
+    EXPECT_EQ(res.calib.model_hash, h5);
+    EXPECT_EQ(res.tokens_captured, 40);
 }

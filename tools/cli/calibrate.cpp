@@ -6,9 +6,12 @@
 // the default model's held-out text) encoded by the model's tokenizer; fdc = --tokens random
 // ordinary vocabulary ids (seeded by --seed); palu = none (weights only). Tokens are cut into
 // prompts of at most --chunk tokens (default: the model's context), each starting with the
-// tokenizer's BOS when it has one.
+// tokenizer's BOS when it has one. --random-weights calibrates the random-weight model of
+// kvcomp bench (the file records a hash of config.json and the weight seed).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -59,6 +62,30 @@ void print_summary(const calibration & c, const std::string & out, int64_t token
                 out.c_str());
 }
 
+// Tokens per calibration prompt: --chunk, at most the model's context (sliding-window models: the
+// window, less the slot a prompt leaves).
+int64_t calibration_chunk(const host::model_config & mc, int64_t chunk_opt) {
+    int64_t chunk = chunk_opt > 0 ? std::min<int64_t>(chunk_opt, mc.max_position_embeddings)
+                                  : mc.max_position_embeddings;
+    if (mc.sliding_window > 0) chunk = std::min<int64_t>(chunk, mc.sliding_window - 1);
+    return chunk;
+}
+
+bool has_tokenizer(const std::string & dir) {
+    std::error_code ec;
+    const std::filesystem::path d(dir);
+    return std::filesystem::exists(d / "tokenizer.json", ec) || std::filesystem::exists(d / "kvcomp_tokenizer.json", ec);
+}
+
+// FDC's random vocabulary tokens for a model directory without a tokenizer (config.json only).
+std::vector<int32_t> uniform_token_ids(int64_t vocab, int64_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(vocab - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t & id : ids) id = pick(rng);
+    return ids;
+}
+
 }  // namespace
 
 int run_calibrate(int argc, char ** argv) {
@@ -70,6 +97,9 @@ int run_calibrate(int argc, char ** argv) {
         "tokens", po::value<long>()->default_value(8192), "calibration tokens (zack: the text's first N)")(
         "chunk", po::value<long>()->default_value(0), "tokens per prompt (0: the model's context)")(
         "seed", po::value<unsigned long>()->default_value(1), "fdc: seed of the random token ids")(
+        "random-weights", "read only config.json and calibrate the random-weight model kvcomp bench runs "
+                          "(fdc/palu; fdc draws ids from the whole vocabulary when DIR has no tokenizer)")(
+        "weight-seed", po::value<unsigned long>()->default_value(1), "seed of --random-weights")(
         "removal-rate", po::value<double>(), "singular-value removal rate r in [0, 1] (default 0.1)")(
         "compression", po::value<double>(), "overall KV compression target in [0, 1) instead of a removal rate")(
         "rank-multiple", po::value<long>()->default_value(16), "ranks are rounded up to a multiple of this")(
@@ -79,6 +109,7 @@ int run_calibrate(int argc, char ** argv) {
     po::variables_map vm;
     if (auto rc = parse_options(argc, argv, desc,
                                 "usage: kvcomp calibrate --model DIR --method zack|fdc|palu --out FILE [--text-file F]\n"
+                                "                        [--random-weights [--weight-seed N]]\n"
                                 "                        [--tokens N] [--removal-rate r | --compression c]\n"
                                 "                        [--rank-multiple 16] [--backend NAME] [--json]\n\n"
                                 "Runs the model over calibration tokens (zack: text, fdc: random ids; palu: weights\n"
@@ -96,6 +127,8 @@ int run_calibrate(int argc, char ** argv) {
         KVCOMP_CHECK_ARG(host::lowrank::lowrank_method_from_name(mname, cfg.method), "unknown method '", mname,
                          "'; valid methods: zack, fdc, palu");
         cfg.backend = vm["backend"].as<std::string>();
+        cfg.random_weights = vm.count("random-weights") > 0;
+        cfg.weight_seed = vm["weight-seed"].as<unsigned long>();
         KVCOMP_CHECK_ARG(!(vm.count("removal-rate") && vm.count("compression")),
                          "give --removal-rate or --compression, not both");
         if (vm.count("compression")) cfg.compression = vm["compression"].as<double>();
@@ -111,7 +144,10 @@ int run_calibrate(int argc, char ** argv) {
         KVCOMP_CHECK_ARG(n > 0, "--tokens must be positive, got ", n);
         KVCOMP_CHECK_ARG(chunk_opt >= 0, "--chunk must be >= 0, got ", chunk_opt);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
-        if (cfg.method != host::lowrank::lowrank_method::palu) {
+        if (cfg.method == host::lowrank::lowrank_method::fdc && cfg.random_weights && !has_tokenizer(cfg.model_dir)) {
+            const auto ids = uniform_token_ids(mc.vocab_size, n, vm["seed"].as<unsigned long>());
+            cfg.prompts = engine::chunk_prompts(ids, calibration_chunk(mc, chunk_opt), -1);
+        } else if (cfg.method != host::lowrank::lowrank_method::palu) {
             const auto tok = host::load_tokenizer(cfg.model_dir);
             std::vector<int32_t> ids;
             if (cfg.method == host::lowrank::lowrank_method::zack) {
@@ -124,11 +160,7 @@ int run_calibrate(int argc, char ** argv) {
             } else {
                 ids = engine::random_calibration_tokens(*tok, mc.vocab_size, n, vm["seed"].as<unsigned long>());
             }
-            int64_t chunk = chunk_opt > 0 ? std::min<int64_t>(chunk_opt, mc.max_position_embeddings)
-                                                : mc.max_position_embeddings;
-            // The engine limits sliding-window models to the window (and a prompt leaves one slot).
-            if (mc.sliding_window > 0) chunk = std::min<int64_t>(chunk, mc.sliding_window - 1);
-            cfg.prompts = engine::chunk_prompts(ids, chunk, tok->bos_id());
+            cfg.prompts = engine::chunk_prompts(ids, calibration_chunk(mc, chunk_opt), tok->bos_id());
             KVCOMP_CHECK_ARG(!cfg.prompts.empty(), "no calibration prompt (", ids.size(), " tokens)");
         }
         const auto res = engine::run_calibration(cfg);

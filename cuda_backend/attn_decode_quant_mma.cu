@@ -1,0 +1,525 @@
+// attn_decode_quant, tensor-core kernel (the default; attn_decode_quant.cu picks it and keeps the
+// SIMT kernel as fallback): the codes themselves are mma.sync m16n8k16 operands, so a token costs
+// about one ALU operation per code instead of a dequantize-and-FMA per code and query head.
+//
+// Kernel attn_decode_quant_mma_kernel<D, CS>: one block of 128 threads (4 warps) per (request, KV
+//   head, chunk of 4 query heads, split); D = head_dim (64, 128), CS = channel scales present.
+//   Items and their staging as in attn_decode_quant.cuh; the warps take an item's 16-token tiles
+//   round robin (hi segment, then lo; window chunks alike).
+//
+// Algebra. With F = 2^b + code (exact in f16: exponent b, the code in the top b mantissa bits, so
+// a code becomes an f16 operand with one rotate and one and-or), a dequantized key is
+//   k_c = kmin_c + kstep_c code_c = (kmin_c - 2^b kstep_c) + kstep_c F_c,
+// so q.k = sum_c (q_c kstep_c) F_c + bias, bias = sum_c q_c (kmin_c - 2^b kstep_c) per segment.
+// Values (per token t and channel group): v = (d_t + vstep_t F) vscale_c with d_t = vmin_t -
+// 2^b vstep_t, so o_c = vscale_c (sum_t (p_t vstep_t) F_tc + sum_t p_t d_t).
+// The constant 2^b inside F is of the size of the code part, so fp32 accumulation loses nothing
+// to cancellation (unlike 1024 + code).
+//
+// Scores, per tile of 16 tokens: S^T = K Q'^T with M = 16 tokens (A = key codes, row-major), N = 8
+//   columns = (hi, lo) f16 parts of q' = q kstep for 4 heads (column 2h = hi, 2h+1 = lo: q' is
+//   split into two f16 so that scores keep ~fp32 accuracy at no extra mma), K = channels.
+//   Lane (g = lane/4, t = lane%4) then holds c0 + c1 = score of head t for token g and c2 + c3 for
+//   token g + 8: the online softmax runs per lane, the max over the 8 lanes of a head in 3 shuffles.
+//   Channel order within a k16 step: B register b0 of lane t holds the channel pair number t, b1
+//   pair t + 4, where pair p = (word w, index j) = (p / P, p % P), P = 16 / b pairs per 32-bit code
+//   word, is channels (j, j + P) of word w: 16 bits apart, so one rotate of the word puts both
+//   codes into the top mantissa bits of the two halves (kfrag_pos writes q' in this order).
+// Values: O^T = V^T P'^T with M = 16 channels (A = value codes: row r < 8 is channel 16m + 2r,
+//   row r + 8 is 16m + 2r + 1, i.e. lane g's two rows are one code pair), N = 8 columns = (hi, lo)
+//   of p' = p vstep for 4 heads, K = 16 tokens. The A registers pair two tokens of one channel,
+//   so the lane's code bytes of two token rows are merged with one byte_perm. The P' operand is
+//   the score accumulator layout transposed: lane (g, t) packs (hi, lo) of head t, token g into
+//   one register of an 8x8 matrix (rows tokens, columns head columns); movmatrix.trans gives the
+//   B fragment (tokens 2t, 2t + 1 of column g). An m-tile lies in one value group (v_group % 16
+//   == 0), whose p' it uses; sum_t p_t d_t is kept per lane (fp32) and added at the end.
+//   The output accumulator is 32 registers for D = 128; lane (g, t) holds head t, channels
+//   16m + 2g (c0 + c1) and 16m + 2g + 1 (c2 + c3).
+// Channel scales (CS): vscale differs per block, so a block's contribution is accumulated apart
+//   and added, times vscale, at the end of the item (with the running max it was computed with).
+// Window chunks: f16 K/V rows used directly (same operand shapes; q split hi/lo in natural channel
+//   order, slot 2 of the q fragments).
+// Per item the block computes q' (hi, lo) for the item's segments into shared memory (q' depends
+// on the block's kstep), then a barrier; each warp loads its B fragments with 128-bit loads.
+// Precision: scores as with fp32 q' (hi + lo), p' as hi + lo f16; error well below the 1e-6 NMSE
+// budget of tests/backend_ops_quant_cases.cpp.
+#include <climits>
+
+#include "attn_decode_quant.cuh"
+#include "decode_common.cuh"
+
+namespace kvcomp::cuda::dq {
+
+namespace {
+
+constexpr int QH = kMmaHeads;  // query heads per block: the 8 mma columns are their (hi, lo)
+constexpr int kSlots = 3;      // q fragments: hi segment, lo segment, window
+static_assert(QH == 4, "the column layout (2 per head, 8 per mma) assumes 4 heads");
+
+// Shared memory: q [QH][D] f32 | q fragments [kSlots][D/32][32 lanes] uint4 | bias partials
+// [2 segments][QH][D/32] f32 | ring of n_stages stages (reused by the final warp merge).
+template <int D>
+__host__ __device__ constexpr size_t fixed_smem() {
+    return size_t(QH) * D * 4 + size_t(kSlots) * D * 16 + size_t(2) * QH * (D / 32) * 4;
+}
+template <int D>
+__host__ __device__ constexpr size_t merge_smem() {
+    return (size_t(kWarps) * QH * D + 2 * size_t(kWarps) * QH) * sizeof(float);
+}
+
+// Half index, within a q-fragment slot, of channel c in column col (see the banner). BITS = 0 is
+// the window's natural order: b0 = channels 2t, 2t + 1 and b1 = 2t + 8, 2t + 9 of the k16 step.
+template <int BITS>
+__device__ __forceinline__ int kfrag_pos(int c, int col) {
+    const int kk = c >> 4, ci = c & 15;
+    int t, reg, half;
+    if constexpr (BITS == 0) {
+        reg = ci >> 3;
+        t = (ci & 7) >> 1;
+        half = ci & 1;
+    } else {
+        constexpr int CPW = 32 / BITS, P = 16 / BITS;
+        const int w = ci / CPW, r = ci % CPW;
+        half = r / P;
+        const int p = w * P + r % P;
+        t = p & 3;
+        reg = p >> 2;
+    }
+    return ((kk >> 1) * 32 + 4 * col + t) * 8 + (kk & 1) * 4 + reg * 2 + half;
+}
+
+// q' = q * kstep (or q for the window, kstep == nullptr) as hi/lo f16 in fragment order into
+// slot `qf`, and the per-head partial sums of q (kmin - 2^BITS kstep) per 32 channels.
+template <int D, int BITS>
+__device__ __forceinline__ void setup_q(const float * q_s, const __half * kmin, const __half * kstep, __half * qf,
+                                        float * bias_part) {
+    for (int idx = threadIdx.x; idx < QH * D; idx += kThreads) {  // a warp: 32 channels of one head
+        const int h = idx / D, c = idx % D;
+        const float qv = q_s[idx];
+        float qp = qv, bp = 0.0f;
+        if constexpr (BITS > 0) {
+            const float ks = __half2float(kstep[c]);
+            qp = qv * ks;
+            bp = qv * (__half2float(kmin[c]) - float(1 << BITS) * ks);
+        }
+        const __half hi = __float2half_rn(qp);
+        qf[kfrag_pos<BITS>(c, 2 * h)] = hi;
+        qf[kfrag_pos<BITS>(c, 2 * h + 1)] = __float2half_rn(qp - __half2float(hi));
+        if constexpr (BITS > 0) {
+            bp = warp_sum(bp);
+            if ((idx & 31) == 0) bias_part[h * (D / 32) + c / 32] = bp;
+        }
+    }
+}
+
+// Two codes (at bits [o, o + BITS) and [o + 16, o + 16 + BITS) of x, o = (10 - BITS - rot) mod 32)
+// as the f16 pair (2^BITS + code, 2^BITS + code').
+template <int BITS>
+__device__ __forceinline__ uint32_t code_pair(uint32_t x, int rot) {
+    constexpr uint32_t m = ((1u << BITS) - 1u) << (10 - BITS), one = uint32_t(15 + BITS) << 10;
+    return (__funnelshift_l(x, x, rot) & (m | m << 16)) | (one | one << 16);
+}
+
+// Per-warp running state; lane (g, t) keeps head t (see the banner).
+template <int D, bool CS>
+struct wstate {
+    static constexpr int MT = D / 16;
+    float o[MT][4];            // output accumulator (rows: channels 16m + 2g, + 1; columns hi, lo)
+    float ob[CS ? MT : 1][4];  // CS: the current item's part, scaled by vscale at its end
+    float vb[MT];              // sum p_t d_t of the group starting at m-tile m (this lane's tokens)
+    float m = -INFINITY, l = 0.0f, m_item = -INFINITY;
+
+    __device__ __forceinline__ auto acc() -> float (&)[MT][4] {
+        if constexpr (CS)
+            return ob;
+        else
+            return o;
+    }
+};
+
+// Sum over the 8 lanes holding the same head (lane bits 2..4).
+__device__ __forceinline__ float head_sum(float v) {
+    v += __shfl_xor_sync(full_mask, v, 4);
+    v += __shfl_xor_sync(full_mask, v, 8);
+    return v + __shfl_xor_sync(full_mask, v, 16);
+}
+
+// Online softmax for this lane's two scores (log2 units, -inf when masked); returns their weights.
+template <int D, bool CS>
+__device__ __forceinline__ void softmax2(wstate<D, CS> & st, float s0, float s1, float & p0, float & p1) {
+    float mt = fmaxf(s0, s1);
+    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 4));
+    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 8));
+    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 16));
+    const float m_new = fmaxf(st.m, mt);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
+    const float alpha = exp2f(st.m - m_use);
+    p0 = exp2f(s0 - m_use);
+    p1 = exp2f(s1 - m_use);
+    st.l = st.l * alpha + (p0 + p1);
+    st.m = m_new;
+    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
+    if (__any_sync(full_mask, alpha != 1.0f)) {
+        auto & acc = st.acc();
+#pragma unroll
+        for (int m = 0; m < wstate<D, CS>::MT; ++m) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[m][k] *= alpha;
+            st.vb[m] *= alpha;
+        }
+    }
+}
+
+// B fragments of P' (tokens 0..7 and 8..15 of the tile) from this lane's weights of head t for
+// tokens g and g + 8, split into (hi, lo) f16 columns.
+__device__ __forceinline__ void p_frag(float w0, float w1, uint32_t & b0, uint32_t & b1) {
+    const float h0 = __half2float(__float2half_rn(w0)), h1 = __half2float(__float2half_rn(w1));
+    b0 = movmatrix_trans(pack_half2(h0, w0 - h0));
+    b1 = movmatrix_trans(pack_half2(h1, w1 - h1));
+}
+
+template <int D>
+__device__ __forceinline__ void load_qfrag(const uint4 * qf, uint32_t (&bq)[D / 16][2], int lane) {
+#pragma unroll
+    for (int kp = 0; kp < D / 32; ++kp) {
+        const uint4 v = qf[kp * 32 + lane];
+        bq[2 * kp][0] = v.x, bq[2 * kp][1] = v.y, bq[2 * kp + 1][0] = v.z, bq[2 * kp + 1][1] = v.w;
+    }
+}
+
+struct seg_view {
+    const uint8_t * seg;  // segment start in the stage
+    int vstep, kcodes, vcodes;  // offsets from seg
+    int n;                      // tokens stored
+};
+
+// One tile of 16 tokens [tok0, tok0 + 16) of a quantized segment (n > tok0).
+template <int D, int BITS, bool CS>
+__device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & sv, const args & a, int tok0,
+                                           const uint4 * qf, float bias, int lane) {
+    constexpr int MT = D / 16, RB = D * BITS / 8, P = 16 / BITS;
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t bq[MT][2];
+    load_qfrag<D>(qf, bq, lane);
+
+    // Scores. Pair t: word w0, index j0; pair t + 4: word w1, index j1 (of each k16 step).
+    const int w0 = P >= 4 ? 0 : t / P, j0 = t % P;
+    const int w1 = P >= 8 ? 0 : (t + 4) / P, j1 = (t + 4) % P;
+    const int rot0 = (10 - BITS - j0 * BITS) & 31, rot1 = (10 - BITS - j1 * BITS) & 31;
+    const int ra = min(tok0 + g, sv.n - 1), rb = min(tok0 + g + 8, sv.n - 1);  // masked: a valid row
+    const uint32_t * ka = reinterpret_cast<const uint32_t *>(sv.seg + sv.kcodes + ra * RB);
+    const uint32_t * kb = reinterpret_cast<const uint32_t *>(sv.seg + sv.kcodes + rb * RB);
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < MT; ++kk) {
+        constexpr int WPK = BITS / 2;  // code words per k16 step
+        const uint32_t af[4] = {code_pair<BITS>(ka[kk * WPK + w0], rot0), code_pair<BITS>(kb[kk * WPK + w0], rot0),
+                                code_pair<BITS>(ka[kk * WPK + w1], rot1), code_pair<BITS>(kb[kk * WPK + w1], rot1)};
+        mma_16816(s, af, bq[kk][0], bq[kk][1]);
+    }
+    const float s0 = tok0 + g < sv.n ? s[0] + s[1] + bias : -INFINITY;
+    const float s1 = tok0 + g + 8 < sv.n ? s[2] + s[3] + bias : -INFINITY;
+    float p0, p1;
+    softmax2<D, CS>(st, s0, s1, p0, p1);
+
+    // Values: lane g's code pair of m-tile m is at bit 2g*BITS of the m-tile's BITS/2 words.
+    const int wv = (g * BITS) / 16;                         // word within the m-tile
+    const int bb = ((2 * g * BITS) % 32) / 8;               // its first byte
+    const int o = (2 * g * BITS) % 8;                       // bit offset within that byte
+    // Token a's bytes bb, bb+1 to bytes 0-1, token b's to 2-3 (selector nibbles < 8: no sign mode).
+    const int sel = bb | ((bb + 1) & 7) << 4 | (bb + 4) << 8 | ((bb + 5) & 7) << 12;
+    const int rot_a = (10 - BITS - o) & 31, rot_b = (10 - 2 * BITS - o) & 31;
+    const uint32_t * vr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int tok = tok0 + 2 * t + (k & 1) + (k >> 1) * 8;  // tokens 2t, 2t+1, 2t+8, 2t+9
+        vr[k] = reinterpret_cast<const uint32_t *>(sv.seg + sv.vcodes + min(tok, sv.n - 1) * RB);
+    }
+    const __half * vstep = reinterpret_cast<const __half *>(sv.seg + sv.vstep);
+    const __half * vmin = reinterpret_cast<const __half *>(sv.seg + a.seg_vmin);
+    const int mpg = a.v_group / 16;  // m-tiles per value group
+    auto & acc = st.acc();
+    uint32_t b0 = 0, b1 = 0;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        if (m % mpg == 0) {  // a new value group: its p' operand
+            const int G = m / mpg;
+            const float vs0 = __half2float(vstep[ra * a.groups + G]), vs1 = __half2float(vstep[rb * a.groups + G]);
+            const float d0 = __half2float(vmin[ra * a.groups + G]) - float(1 << BITS) * vs0;
+            const float d1 = __half2float(vmin[rb * a.groups + G]) - float(1 << BITS) * vs1;
+            p_frag(p0 * vs0, p1 * vs1, b0, b1);
+            st.vb[m] = fmaf(p0, d0, fmaf(p1, d1, st.vb[m]));
+        }
+        const int wi = m * (BITS / 2) + wv;
+        const uint32_t x01 = __byte_perm(vr[0][wi], vr[1][wi], sel), x23 = __byte_perm(vr[2][wi], vr[3][wi], sel);
+        const uint32_t af[4] = {code_pair<BITS>(x01, rot_a), code_pair<BITS>(x01, rot_b), code_pair<BITS>(x23, rot_a),
+                                code_pair<BITS>(x23, rot_b)};
+        mma_16816(acc[m], af, b0, b1);
+    }
+}
+
+// One tile of 16 window tokens [tok0, tok0 + 16) of a chunk staged as K rows then V rows (f16).
+template <int D, bool CS>
+__device__ __forceinline__ void window_tile(wstate<D, CS> & st, const uint8_t * stage, int win_chunk, int tok0,
+                                            int n, const uint4 * qf, int lane) {
+    constexpr int MT = D / 16;
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t bq[MT][2];
+    load_qfrag<D>(qf, bq, lane);
+    const __half * K = reinterpret_cast<const __half *>(stage);
+    const __half * V = K + int64_t(win_chunk) * D;
+    const int ra = min(tok0 + g, n - 1), rb = min(tok0 + g + 8, n - 1);
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < MT; ++kk) {
+        const int c = 16 * kk + 2 * t;
+        const uint32_t af[4] = {*reinterpret_cast<const uint32_t *>(K + ra * D + c),
+                                *reinterpret_cast<const uint32_t *>(K + rb * D + c),
+                                *reinterpret_cast<const uint32_t *>(K + ra * D + c + 8),
+                                *reinterpret_cast<const uint32_t *>(K + rb * D + c + 8)};
+        mma_16816(s, af, bq[kk][0], bq[kk][1]);
+    }
+    const float s0 = tok0 + g < n ? s[0] + s[1] : -INFINITY;
+    const float s1 = tok0 + g + 8 < n ? s[2] + s[3] : -INFINITY;
+    float p0, p1;
+    softmax2<D, CS>(st, s0, s1, p0, p1);
+    uint32_t b0, b1;
+    p_frag(p0, p1, b0, b1);
+    const __half * vr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) vr[k] = V + min(tok0 + 2 * t + (k & 1) + (k >> 1) * 8, n - 1) * D + 2 * g;
+    auto & acc = st.acc();
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        // Channels 16m + 2g, + 1 of two tokens; A pairs the tokens per channel.
+        const uint32_t x0 = *reinterpret_cast<const uint32_t *>(vr[0] + 16 * m);
+        const uint32_t x1 = *reinterpret_cast<const uint32_t *>(vr[1] + 16 * m);
+        const uint32_t x2 = *reinterpret_cast<const uint32_t *>(vr[2] + 16 * m);
+        const uint32_t x3 = *reinterpret_cast<const uint32_t *>(vr[3] + 16 * m);
+        const uint32_t af[4] = {__byte_perm(x0, x1, 0x5410), __byte_perm(x0, x1, 0x7632), __byte_perm(x2, x3, 0x5410),
+                                __byte_perm(x2, x3, 0x7632)};
+        mma_16816(acc[m], af, b0, b1);
+    }
+}
+
+// CS: start / finish an item's separate accumulation (see the banner). vscale null: none (window).
+template <int D, bool CS>
+__device__ __forceinline__ void item_begin(wstate<D, CS> & st) {
+    st.m_item = st.m;
+#pragma unroll
+    for (int m = 0; m < wstate<D, CS>::MT; ++m) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) st.ob[m][k] = 0.0f;
+        st.vb[m] = 0.0f;
+    }
+}
+template <int D, bool CS>
+__device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vscale, int mpg, int lane) {
+    const int g = lane >> 2;
+    const float m_use = st.m == -INFINITY ? 0.0f : st.m;
+    const float fa = exp2f(st.m_item - m_use);  // the running max may have grown during the item
+    float vbg = 0.0f;
+#pragma unroll
+    for (int m = 0; m < wstate<D, CS>::MT; ++m) {
+        float vs0 = 1.0f, vs1 = 1.0f;
+        if (vscale) {
+            if (m % mpg == 0) vbg = head_sum(st.vb[m]);
+            const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(vscale + 16 * m + 2 * g));
+            vs0 = v.x, vs1 = v.y;
+        }
+        st.o[m][0] = fmaf(st.o[m][0], fa, vs0 * (st.ob[m][0] + vbg));
+        st.o[m][1] = fmaf(st.o[m][1], fa, vs0 * st.ob[m][1]);
+        st.o[m][2] = fmaf(st.o[m][2], fa, vs1 * (st.ob[m][2] + vbg));
+        st.o[m][3] = fmaf(st.o[m][3], fa, vs1 * st.ob[m][3]);
+    }
+}
+
+template <int D, bool CS>
+__global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const args a) {
+    constexpr int MT = D / 16;
+    extern __shared__ uint4 smem[];
+    float * q_s = reinterpret_cast<float *>(smem);
+    uint4 * qf = smem + QH * D / 4;
+    __half * qf_h = reinterpret_cast<__half *>(qf);
+    float * bias_part = reinterpret_cast<float *>(qf + kSlots * D);
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem) + fixed_smem<D>();
+    constexpr int slot_u4 = D;  // uint4 per q-fragment slot ((D/32) * 32)
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t = lane & 3, g = lane >> 2;
+    int64_t bid = blockIdx.x;
+    const int split = int(bid % a.n_splits);
+    bid /= a.n_splits;
+    const int chunk = int(bid % a.head_chunks);
+    bid /= a.head_chunks;
+    const int kvh = int(bid % a.n_kv_heads);
+    const int b = int(bid / a.n_kv_heads);
+    const int h0 = kvh * a.group + chunk * QH;
+    const int nh = min(QH, a.group - chunk * QH);
+    const items its(a, b, split);
+
+    for (int idx = tid; idx < QH * D; idx += kThreads) {
+        const int i = idx / D;  // padding heads past the group are never read (may lie past q)
+        q_s[idx] = i < nh ? a.q[(int64_t(b) * a.n_q_heads + h0 + i) * D + idx % D] * a.qscale : 0.0f;
+    }
+    __syncthreads();
+    setup_q<D, 0>(q_s, nullptr, nullptr, qf_h + 2 * slot_u4 * 8, nullptr);  // window slot, read after a barrier
+
+    int next_slot = its.slot(a, 0);
+    for (int s = 0; s < a.n_stages - 1; ++s) {
+        its.template issue<D>(a, kvh, ring, s, next_slot);
+        next_slot = its.slot(a, s + 1);
+    }
+
+    wstate<D, CS> st;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
+        st.vb[m] = 0.0f;
+    }
+    const int mpg = a.v_group / 16;
+
+    for (int it = 0; it < its.n_it; ++it) {
+        if (a.n_stages == 3)
+            cp_async_wait<1>();
+        else
+            cp_async_wait<0>();
+        __syncthreads();  // item it has landed; every warp is done with item it-1 (stage, q fragments)
+        its.template issue<D>(a, kvh, ring, it + a.n_stages - 1, next_slot);
+        next_slot = its.slot(a, it + a.n_stages);
+
+        const uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
+        const int item = its.it_begin + it;
+        if (item < its.n_blk) {
+            const int32_t * hdr = reinterpret_cast<const int32_t *>(stage);
+            const int n_hi = min(max(hdr[0], 0), a.cap[0]), n_lo = min(max(hdr[1], 0), a.cap[1]);
+            const uint8_t * head = stage + 16;
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                if ((s ? n_lo : n_hi) == 0) continue;  // block-uniform
+                const uint8_t * seg = head + a.seg_off[s];
+                const __half * kmin = reinterpret_cast<const __half *>(seg);
+                const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
+                __half * dst = qf_h + s * slot_u4 * 8;
+                float * bp = bias_part + s * QH * (D / 32);
+                switch (a.bits[s]) {
+                    case 2: setup_q<D, 2>(q_s, kmin, kstep, dst, bp); break;
+                    case 4: setup_q<D, 4>(q_s, kmin, kstep, dst, bp); break;
+                    default: setup_q<D, 8>(q_s, kmin, kstep, dst, bp); break;
+                }
+            }
+            __syncthreads();
+            const int hs = (n_hi + 15) / 16, n_tiles = hs + (n_lo + 15) / 16;
+            if constexpr (CS)
+                if (warp < n_tiles) item_begin(st);
+            for (int ti = warp; ti < n_tiles; ti += kWarps) {  // uniform per warp
+                const int s = ti >= hs ? 1 : 0;
+                float bias = 0.0f;
+#pragma unroll
+                for (int k = 0; k < D / 32; ++k) bias += bias_part[(s * QH + t) * (D / 32) + k];
+                const seg_view sv{head + (s ? a.seg_off[1] : a.seg_off[0]), s ? a.seg_vstep[1] : a.seg_vstep[0],
+                                  s ? a.seg_kcodes[1] : a.seg_kcodes[0], s ? a.seg_vcodes[1] : a.seg_vcodes[0],
+                                  s ? n_lo : n_hi};
+                const int tok0 = (s ? ti - hs : ti) * 16;
+                const uint4 * q = qf + s * slot_u4;
+                switch (s ? a.bits[1] : a.bits[0]) {
+                    case 2: quant_tile<D, 2, CS>(st, sv, a, tok0, q, bias, lane); break;
+                    case 4: quant_tile<D, 4, CS>(st, sv, a, tok0, q, bias, lane); break;
+                    default: quant_tile<D, 8, CS>(st, sv, a, tok0, q, bias, lane); break;
+                }
+            }
+            if constexpr (CS)
+                if (warp < n_tiles) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);
+        } else {
+            const int n_w = its.window_tokens(a, item);
+            const int n_tiles = (n_w + 15) / 16;
+            if constexpr (CS)
+                if (warp < n_tiles) item_begin(st);
+            for (int ti = warp; ti < n_tiles; ti += kWarps)
+                window_tile<D, CS>(st, stage, a.win_chunk, ti * 16, n_w, qf + 2 * slot_u4, lane);
+            if constexpr (CS)
+                if (warp < n_tiles) item_end(st, nullptr, mpg, lane);
+        }
+    }
+    // Groups still outstanding are empty; wait anyway so no copy lands in the ring reused below.
+    cp_async_wait<0>();
+
+    if constexpr (!CS) {  // the values' group offsets, summed over the head's lanes
+        float vbg = 0.0f;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            if (m % mpg == 0) vbg = head_sum(st.vb[m]);
+            st.o[m][0] += vbg;
+            st.o[m][2] += vbg;
+        }
+    }
+    st.l = head_sum(st.l);
+    __syncthreads();  // every warp is done with the ring
+    float * sm_o = reinterpret_cast<float *>(ring);  // [kWarps][QH][D]
+    float * sm_m = sm_o + kWarps * QH * D;           // [kWarps][QH]
+    float * sm_l = sm_m + kWarps * QH;               // [kWarps][QH]
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        float2 v = make_float2(st.o[m][0] + st.o[m][1], st.o[m][2] + st.o[m][3]);
+        *reinterpret_cast<float2 *>(sm_o + (warp * QH + t) * D + 16 * m + 2 * g) = v;
+    }
+    if (g == 0) {
+        sm_m[warp * QH + t] = st.m;
+        sm_l[warp * QH + t] = st.l;
+    }
+    __syncthreads();
+    store_block_result<D, QH, kWarps>(sm_o, sm_m, sm_l, nh, int64_t(b) * a.n_q_heads + h0,
+                                      decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
+}
+
+template <int D, bool CS>
+const void * kernel_ptr() {
+    return reinterpret_cast<const void *>(attn_decode_quant_mma_kernel<D, CS>);
+}
+const void * pick(int head_dim, bool cscale) {
+    if (head_dim == 64) return cscale ? kernel_ptr<64, true>() : kernel_ptr<64, false>();
+    return cscale ? kernel_ptr<128, true>() : kernel_ptr<128, false>();
+}
+
+}  // namespace
+
+bool mma_handles(const qblock_layout & q, std::string * why) {
+    if (q.head_dim != 64 && q.head_dim != 128) {
+        if (why) *why = "head_dim " + std::to_string(q.head_dim) + " (tensor-core kernel: 64 and 128)";
+        return false;
+    }
+    if (q.v_group <= 0 || q.v_group % 16 != 0) {
+        if (why) *why = "v_group " + std::to_string(q.v_group) + " (tensor-core kernel: a multiple of 16)";
+        return false;
+    }
+    return true;
+}
+
+size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages) {
+    const size_t ring = size_t(stage_bytes) * size_t(n_stages);
+    return head_dim == 64 ? fixed_smem<64>() + std::max(ring, merge_smem<64>())
+                          : fixed_smem<128>() + std::max(ring, merge_smem<128>());
+}
+
+int mma_blocks_per_sm(int head_dim, bool cscale, size_t smem) {
+    int n = 0;
+    KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pick(head_dim, cscale), kThreads, smem));
+    return n > 0 ? n : 1;
+}
+
+void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem) {
+    if (head_dim == 64) {
+        if (a.cscale)
+            attn_decode_quant_mma_kernel<64, true><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
+        else
+            attn_decode_quant_mma_kernel<64, false><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
+    } else {
+        if (a.cscale)
+            attn_decode_quant_mma_kernel<128, true><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
+        else
+            attn_decode_quant_mma_kernel<128, false><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
+    }
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvcomp::cuda::dq

@@ -1,0 +1,482 @@
+// attn_decode_ragged: decode attention in the reduced (per-head width) dims of ZACK / FDC, over
+// ragged pages, one block per row of the host's decode schedule.
+//
+// Kernels:
+//   attn_decode_ragged_kernel<QP>  one block of 128 threads (4 warps) per (schedule row, head
+//       chunk): request b, KV head c, tokens [first, end), QP query heads of c's group (QP = group
+//       rounded up to 1, 2, 4, 8; larger groups use several head chunks, grid y). Every K'/V' byte
+//       is read once per chunk of QP heads.
+//   ragged_merge_kernel            combines the tasks' partials of one (request, KV head).
+// Layout: core/op.h "Low-rank KV"; partials: ragged_common.cuh.
+//
+// Memory: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves,
+// so a tile of T consecutive tokens is a few contiguous runs (one per page it touches). The block
+// copies a tile's K' and V' runs into one stage of a shared-memory ring with cp.async in 16-byte
+// chunks (consecutive threads, consecutive chunks: fully coalesced whatever the width); the tile
+// size is chosen per head so that a stage holds ~12 KiB, and kStages - 1 = 2 tiles are in flight
+// while one is consumed (one __syncthreads per tile). Source addresses (page-table reads) are
+// computed one tile ahead so the copies never wait on the page table. Tiles start at multiples of
+// 8 tokens, so a 16-byte chunk never straddles a page when page_size % 8 == 0 (then any width
+// works); other page sizes, or page views not 16-byte aligned, take a synchronous element-wise copy
+// with the same layout (correct, slower).
+//
+// Math (as attn_decode.cu, with the width a run-time value): L lanes share a token (L = the
+// power of two >= max(k_width, v_width) / 8, at least QP), each lane owning 8 consecutive features
+// of K' and of V'; features past a width are zero. The kernel dispatches on L per block (a switch
+// over inlined bodies), so each head uses the lanes its width needs. Per token: QP partial dots,
+// the GQA butterfly (decode_common.cuh) leaves each lane one head's score; online softmax in fp32,
+// log2 domain (q pre-scaled by scale * log2 e), running max shared by a warp's token groups; o for
+// all QP heads over the lane's 8 V' features. Warps merge through shared memory at the end
+// (decode_common.cuh), then the block writes out directly (its (b, c) has one task) or partials.
+// Widths that are not multiples of 8 read shared memory element-wise instead of 16 bytes at once.
+//
+// Invalid inputs a kernel cannot refuse: request and KV head outside the tables make the block
+// exit; token ranges are clamped to the request; page numbers are clamped to the pool.
+#include <climits>
+
+#include "common.cuh"
+#include "decode_common.cuh"
+#include "ragged_common.cuh"
+
+namespace kvcomp::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kStages = 3;
+constexpr int kStageBytes = 12 * 1024;
+constexpr int kStageHalves = kStageBytes / 2;
+constexpr int kChunksPerThread = kStageBytes / 16 / kThreads;  // a full stage is 768 chunks
+constexpr int kU = 2;                                          // token steps per warp iteration
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes;
+static_assert(kStageBytes % (16 * kThreads) == 0, "every thread copies the same number of chunk slots");
+static_assert(warp_merge_floats<kWarps, 8, 256>() * sizeof(float) <= kSmemBytes,
+              "the warps' merge area (widest case) must fit in the ring it reuses");
+static_assert(kStageHalves / (2 * 256) >= 8, "a stage holds at least 8 tokens of the widest head");
+
+struct rdecode_args {
+    const float * q;
+    const __half * k_pages;
+    const __half * v_pages;
+    const int32_t * indptr;
+    const int32_t * indices;
+    const int32_t * last_page_len;
+    const int32_t * heads;
+    const int32_t * schedule;
+    const int32_t * merge;
+    float * out;
+    float * part_o;
+    float * part_lse;
+    int n_pages, n_kv_heads, page_size, k_total, v_total, max_width;
+    int batch, group, n_tasks;
+    bool vec_stage;  // page_size % 8 == 0 and both page views 16-byte aligned
+    float qscale;    // scale * log2(e)
+};
+
+// Everything a block knows about its task once the tables are read.
+struct rtask {
+    int task, b, c, h0, nh;  // h0: first query head of the chunk within the group
+    ragged_head hd;
+    int first, end, base, T;  // tokens [first, end); tiles of T tokens start at base (8-aligned)
+    int p_begin, n_pg;
+    bool direct;  // the only task of its (b, c): write out, not partials
+};
+
+// 8 halves of a row (features f0 .. f0 + 7 of a width-`width` row) to float; zeros past the width.
+__device__ __forceinline__ void load8(const __half * row, int f0, int width, bool vec, float (&x)[8]) {
+    if (vec) {
+        if (f0 < width) {
+            unpack8(*reinterpret_cast<const uint4 *>(row + f0), x);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) x[j] = 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] = f0 + j < width ? __half2float(row[f0 + j]) : 0.0f;
+    }
+}
+
+template <int QP, int L>
+__device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask & t, uint8_t * ring) {
+    constexpr int G = 32 / L;  // tokens per warp step
+    static_assert(QP <= L && L <= 32, "lane mapping");
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tg = lane / L, lj = lane % L;
+    const int kw = t.hd.k_width, vw = t.hd.v_width, T = t.T, ps = a.page_size;
+    const bool vec = kw % 8 == 0 && vw % 8 == 0;
+
+    float q[QP][8];
+    {
+        const float * qrow = a.q + int64_t(t.b) * a.group * a.k_total + int64_t(a.group) * t.hd.k_offset;
+#pragma unroll
+        for (int i = 0; i < QP; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int f = 8 * lj + j;
+                q[i][j] = i < t.nh && f < kw ? qrow[(t.h0 + i) * kw + f] * a.qscale : 0.0f;
+            }
+    }
+    float o[QP][8];
+#pragma unroll
+    for (int i = 0; i < QP; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[i][j] = 0.0f;
+    float m_run = -INFINITY, l_run = 0.0f;
+
+    const int n_tiles = t.end > t.first ? (t.end - t.base + T - 1) / T : 0;
+    const int64_t k_head = int64_t(ps) * t.hd.k_offset, v_head = int64_t(ps) * t.hd.v_offset;
+    const int64_t k_page = int64_t(ps) * a.k_total, v_page = int64_t(ps) * a.v_total;
+    fast_divider div_k, div_v;  // flat offset in the request's K' (V') run -> page entry
+    div_k.init(uint32_t(ps * kw));
+    div_v.init(uint32_t(ps * vw));
+
+    auto page_of = [&](int e) {
+        const int pg = a.indices[t.p_begin + min(e, t.n_pg - 1)];
+        return int64_t(min(max(pg, 0), a.n_pages - 1));
+    };
+    // Halves [lo8, hi8) of the request's flat K' (or V') run needed by tile j, 8-aligned.
+    auto tile_span = [&](int j, int width, int & lo8, int & n8) {
+        const int A = t.base + j * T;
+        const int lo = max(A, t.first), hi = min(A + T, t.end);
+        lo8 = (lo * width) & ~7;
+        n8 = lo < hi ? ((((hi * width) + 7) & ~7) - lo8) >> 3 : 0;
+    };
+
+    // Sources of this thread's chunks of the next tile to issue (vec_stage): located one ahead.
+    const __half * src[kChunksPerThread];
+    int dst[kChunksPerThread];  // byte offset in the stage, -1 = no chunk
+    auto locate = [&](int j) {
+        int lo8k, nk, lo8v, nv;
+        tile_span(j, kw, lo8k, nk);
+        tile_span(j, vw, lo8v, nv);
+        const int A = t.base + j * T;
+#pragma unroll
+        for (int k = 0; k < kChunksPerThread; ++k) {
+            const int c = tid + k * kThreads;
+            dst[k] = -1;
+            src[k] = a.k_pages;
+            if (c < nk) {
+                const int F = lo8k + 8 * c;
+                const int e = int(div_k.div(uint32_t(F)));
+                src[k] = a.k_pages + page_of(e) * k_page + k_head + (F - e * ps * kw);
+                dst[k] = (F - A * kw) * 2;
+            } else if (c - nk < nv) {
+                const int F = lo8v + 8 * (c - nk);
+                const int e = int(div_v.div(uint32_t(F)));
+                src[k] = a.v_pages + page_of(e) * v_page + v_head + (F - e * ps * vw);
+                dst[k] = (T * kw + F - A * vw) * 2;
+            }
+        }
+    };
+    // Synchronous element-wise copy of tile j (page sizes that are not multiples of 8).
+    auto copy_scalar = [&](int j, __half * stage) {
+        const int A = t.base + j * T;
+        const int lo = max(A, t.first), hi = min(A + T, t.end);
+        for (int kv = 0; kv < 2; ++kv) {
+            const int w = kv ? vw : kw;
+            const __half * pages = kv ? a.v_pages : a.k_pages;
+            const int64_t head = kv ? v_head : k_head, page = kv ? v_page : k_page;
+            __half * sdst = stage + (kv ? T * kw : 0);
+            for (int idx = tid; idx < (hi - lo) * w; idx += kThreads) {
+                const int tok = lo + idx / w, f = idx % w;
+                const int e = tok / ps;
+                sdst[(tok - A) * w + f] = pages[page_of(e) * page + head + int64_t(tok - e * ps) * w + f];
+            }
+        }
+    };
+    auto issue = [&](int j) {
+        if (j < n_tiles) {
+            uint8_t * stage = ring + (j % kStages) * kStageBytes;
+            if (a.vec_stage) {
+#pragma unroll
+                for (int k = 0; k < kChunksPerThread; ++k)
+                    if (dst[k] >= 0) cp_async16(stage + dst[k], src[k], 16);
+            } else {
+                copy_scalar(j, reinterpret_cast<__half *>(stage));
+            }
+        }
+        cp_async_commit();  // one group per tile, empty ones included, so the counts line up
+    };
+
+    if (a.vec_stage) locate(0);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        issue(s);
+        if (a.vec_stage) locate(s + 1);
+    }
+
+    for (int j = 0; j < n_tiles; ++j) {
+        cp_async_wait<kStages - 2>();  // this thread's copies of tile j have landed
+        __syncthreads();               // everyone's have; everyone is done with tile j - 1
+        issue(j + kStages - 1);        // refills tile j - 1's stage
+        if (a.vec_stage) locate(j + kStages);
+
+        const __half * kt = reinterpret_cast<const __half *>(ring + (j % kStages) * kStageBytes);
+        const __half * vt = kt + T * kw;
+        const int A = t.base + j * T;
+        const int u_lo = max(A, t.first) - A, u_hi = min(A + T, t.end) - A;
+        const int n_steps = (u_hi - u_lo + G - 1) / G;
+        for (int s0 = warp * kU; s0 < n_steps; s0 += kWarps * kU) {  // uniform per warp
+            float s[kU];
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int tok = u_lo + (s0 + u) * G + tg;
+                const bool valid = tok < u_hi;
+                float kf[8];
+                load8(kt + (valid ? tok : u_lo) * kw, 8 * lj, valid ? kw : 0, vec, kf);
+                float part[QP];
+#pragma unroll
+                for (int i = 0; i < QP; ++i) {
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) acc = fmaf(q[i][jj], kf[jj], acc);
+                    part[i] = acc;
+                }
+                const float full = butterfly<L, QP>(part, lj);  // every lane takes part
+                s[u] = valid ? full : -INFINITY;
+            }
+            float mt = s[0];
+#pragma unroll
+            for (int u = 1; u < kU; ++u) mt = fmaxf(mt, s[u]);
+#pragma unroll
+            for (int off = L; off < 32; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, off));
+            const float m_new = fmaxf(m_run, mt);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
+            const float alpha = exp2f(m_run - m_use);
+            float p[kU], psum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                p[u] = exp2f(s[u] - m_use);
+                psum += p[u];
+            }
+            l_run = l_run * alpha + psum;
+            m_run = m_new;
+            if (__any_sync(full_mask, alpha != 1.0f)) {
+#pragma unroll
+                for (int i = 0; i < QP; ++i) {
+                    const float ai = __shfl_sync(full_mask, alpha, head_lane<L, QP>(i), L);
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) o[i][jj] *= ai;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kU; ++u) {
+                const int tok = u_lo + (s0 + u) * G + tg;
+                const bool valid = tok < u_hi;
+                float vf[8];  // a masked token must add exactly 0: never read its (stale) row
+                load8(vt + (valid ? tok : u_lo) * vw, 8 * lj, valid ? vw : 0, vec, vf);
+#pragma unroll
+                for (int i = 0; i < QP; ++i) {
+                    const float pi = __shfl_sync(full_mask, p[u], head_lane<L, QP>(i), L);
+#pragma unroll
+                    for (int jj = 0; jj < 8; ++jj) o[i][jj] = fmaf(pi, vf[jj], o[i][jj]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+
+    float * sm = reinterpret_cast<float *>(ring);
+    publish_warp_states<L, QP, 8, kWarps>(m_run, l_run, o, sm);
+    for (int idx = tid; idx < t.nh * vw; idx += kThreads) {
+        const int i = idx / vw, d = idx % vw;
+        float lse2;
+        const float val = merge_warp_states<QP, 8 * L, kWarps>(sm, i, d, lse2);
+        const int h = t.h0 + i;
+        if (t.direct) {
+            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw +
+                  d] = val;
+        } else {
+            const int64_t row = int64_t(t.task) * a.group + h;
+            a.part_o[row * a.max_width + d] = val;
+            if (d == 0) a.part_lse[row] = lse2;
+        }
+    }
+}
+
+template <int QP>
+__global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdecode_args a) {
+    extern __shared__ uint4 smem[];
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+
+    rtask t;
+    t.task = int(blockIdx.x);
+    t.b = a.schedule[4 * t.task];
+    t.c = a.schedule[4 * t.task + 1];
+    if (t.b < 0 || t.b >= a.batch || t.c < 0 || t.c >= a.n_kv_heads) return;  // uniform
+    t.h0 = int(blockIdx.y) * QP;
+    t.nh = min(QP, a.group - t.h0);
+    t.hd = load_head(a.heads, t.c);
+    t.hd.k_width = min(max(t.hd.k_width, 1), 256);
+    t.hd.v_width = min(max(t.hd.v_width, 1), 256);
+    const int seq_len = request_len(a.indptr, a.last_page_len, t.b, a.page_size);
+    t.first = min(max(a.schedule[4 * t.task + 2], 0), seq_len);
+    t.end = min(max(a.schedule[4 * t.task + 3], t.first), seq_len);
+    t.base = t.first & ~7;
+    t.T = (kStageHalves / (t.hd.k_width + t.hd.v_width)) & ~7;
+    t.p_begin = a.indptr[t.b];
+    t.n_pg = a.indptr[t.b + 1] - t.p_begin;
+    const int bc = t.b * a.n_kv_heads + t.c;
+    t.direct = a.merge[bc + 1] - a.merge[bc] == 1;
+
+    const int chunks = (max(t.hd.k_width, t.hd.v_width) + 7) / 8;
+    int L = QP;
+    while (L < chunks) L *= 2;
+    switch (L) {
+        case 1:
+            if constexpr (QP <= 1) decode_body<QP, 1>(a, t, ring);
+            break;
+        case 2:
+            if constexpr (QP <= 2) decode_body<QP, 2>(a, t, ring);
+            break;
+        case 4:
+            if constexpr (QP <= 4) decode_body<QP, 4>(a, t, ring);
+            break;
+        case 8:
+            decode_body<QP, 8>(a, t, ring);
+            break;
+        case 16:
+            decode_body<QP, 16>(a, t, ring);
+            break;
+        default:
+            decode_body<QP, 32>(a, t, ring);
+            break;
+    }
+}
+
+// out of (b, c) with >= 2 tasks: sum_t 2^(lse_t - M) o_t / sum_t 2^(lse_t - M); zeros with none.
+__global__ void ragged_merge_kernel(const ragged_merge_args a) {
+    const int bc = int(blockIdx.x);
+    const int b = bc / a.n_kv_heads, c = bc % a.n_kv_heads;
+    const int ptr = a.batch * a.n_kv_heads + 1;
+    const int t0 = a.merge[bc], n = a.merge[bc + 1] - t0;
+    if (n == 1) return;  // its task wrote out directly
+    const ragged_head hd = load_head(a.heads, c);
+    const int vw = min(max(hd.v_width, 1), a.max_width);
+    float * out = a.out + int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset;
+    for (int idx = threadIdx.x; idx < a.group * vw; idx += blockDim.x) {
+        const int i = idx / vw, d = idx % vw;
+        float mx = -INFINITY;
+        for (int k = 0; k < n; ++k) {
+            const int task = a.merge[ptr + t0 + k];
+            if (task >= 0 && task < a.n_tasks) mx = fmaxf(mx, a.part_lse[int64_t(task) * a.group + i]);
+        }
+        float val = 0.0f;
+        if (mx != -INFINITY) {
+            float num = 0.0f, den = 0.0f;
+            for (int k = 0; k < n; ++k) {
+                const int task = a.merge[ptr + t0 + k];
+                if (task < 0 || task >= a.n_tasks) continue;
+                const int64_t row = int64_t(task) * a.group + i;
+                const float wt = exp2f(a.part_lse[row] - mx);
+                num = fmaf(wt, a.part_o[row * a.max_width + d], num);
+                den += wt;
+            }
+            val = num / den;
+        }
+        out[int64_t(i) * vw + d] = val;
+    }
+}
+
+int qp_for(int64_t group) {
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+bool aligned16(const void * p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
+    ragged_merge_kernel<<<unsigned(a.batch * a.n_kv_heads), 128, 0, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+support supports_attn_decode_ragged(const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const ragged_layout & l = p.kv;
+    const int64_t group = p.n_q_heads / l.n_kv_heads;
+    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
+        p.batch * l.n_kv_heads >= INT_MAX)
+        return support::no("page pool, page table, schedule and batch * kv_heads must fit in 32 bits");
+    // Flat offsets inside a request's K'/V' run are 32-bit (fast_divider takes n < 2^31).
+    if (p.nnz_pages * l.page_size * l.max_width >= (int64_t(1) << 31) ||
+        l.page_size * std::max(l.k_total, l.v_total) >= (int64_t(1) << 31))
+        return support::no("pages * page_size * max_width must stay below 2^31");
+    if ((group + qp_for(group) - 1) / qp_for(group) > 65535)
+        return support::no("GQA group too large (grid y)");
+    return support::yes();
+}
+
+void run_attn_decode_ragged(context & ctx, const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const ragged_layout & l = p.kv;
+    const int group = int(p.n_q_heads / l.n_kv_heads);
+    const int qp = qp_for(group);
+
+    rdecode_args a{};
+    a.q = dev_ptr<const float>(op.src[0]);
+    a.k_pages = dev_ptr<const __half>(op.src[1]);
+    a.v_pages = dev_ptr<const __half>(op.src[2]);
+    a.indptr = dev_ptr<const int32_t>(op.src[3]);
+    a.indices = dev_ptr<const int32_t>(op.src[4]);
+    a.last_page_len = dev_ptr<const int32_t>(op.src[5]);
+    a.heads = dev_ptr<const int32_t>(op.src[6]);
+    a.schedule = dev_ptr<const int32_t>(op.src[7]);
+    a.merge = dev_ptr<const int32_t>(op.src[8]);
+    a.out = dev_ptr<float>(op.dst[0]);
+    a.n_pages = int(l.n_pages);
+    a.n_kv_heads = int(l.n_kv_heads);
+    a.page_size = int(l.page_size);
+    a.k_total = int(l.k_total);
+    a.v_total = int(l.v_total);
+    a.max_width = int(l.max_width);
+    a.batch = int(p.batch);
+    a.group = group;
+    a.n_tasks = int(p.n_tasks);
+    a.vec_stage = l.page_size % 8 == 0 && aligned16(a.k_pages) && aligned16(a.v_pages);
+    a.qscale = p.scale * kLog2e;
+
+    if (p.n_tasks > 0) {
+        size_t lse_off = 0;
+        const size_t bytes = ragged_partials_bytes(p.n_tasks, group, l.max_width, &lse_off);
+        char * ws = static_cast<char *>(ctx.workspace(bytes));
+        a.part_o = reinterpret_cast<float *>(ws);
+        a.part_lse = reinterpret_cast<float *>(ws + lse_off);
+        const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
+        switch (qp) {
+            case 1:
+                attn_decode_ragged_kernel<1><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            case 2:
+                attn_decode_ragged_kernel<2><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            case 4:
+                attn_decode_ragged_kernel<4><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+            default:
+                attn_decode_ragged_kernel<8><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                break;
+        }
+        KVCOMP_CUDA_CHECK_LAUNCH();
+    }
+    ragged_merge_args m{};
+    m.part_o = a.part_o;
+    m.part_lse = a.part_lse;
+    m.merge = a.merge;
+    m.heads = a.heads;
+    m.out = a.out;
+    m.batch = a.batch;
+    m.n_kv_heads = a.n_kv_heads;
+    m.group = group;
+    m.v_total = a.v_total;
+    m.max_width = a.max_width;
+    m.n_tasks = a.n_tasks;
+    launch_ragged_merge(ctx, m);
+}
+
+}  // namespace kvcomp::cuda

@@ -1,0 +1,70 @@
+// Helpers shared by the low-rank (ragged-head) CUDA op files: head_project.cu, kv_append_ragged.cu,
+// attn_decode_ragged.cu, attn_prefill_ragged.cu, attn_decode_palu.cu.
+//
+// Layouts are the contracts of core/op.h ("Low-rank KV"): heads i32 [n_kv_heads, 4] =
+// (k_width, k_offset, v_width, v_offset); ragged pages with head c's part of page p at
+// p * page_size * total + page_size * offset[c], token slot s at + s * width[c].
+// Decode partials (attn_decode_ragged and attn_decode_palu): for schedule row (task) t and query
+// head i of its KV head's group, part_o f32 [n_tasks, group, max_width] holds the normalized output
+// over the task's tokens (first v_width values used) and part_lse f32 [n_tasks, group] the log2 of
+// its softmax denominator in the q * scale * log2(e) units (-inf for a task without tokens). A
+// (request, KV head) with exactly one task is written to `out` by that task directly and the merge
+// kernel skips it; zero tasks give zeros.
+#pragma once
+
+#include "common.cuh"
+
+namespace kvcomp::cuda {
+
+// One KV head's row of the heads table.
+struct ragged_head {
+    int k_width, k_offset, v_width, v_offset;
+};
+__device__ __forceinline__ ragged_head load_head(const int32_t * heads, int c) {
+    return {heads[4 * c], heads[4 * c + 1], heads[4 * c + 2], heads[4 * c + 3]};
+}
+
+// Unsigned division by a run-time divisor d in [1, 2^31) for dividends n < 2^31 with one
+// multiply-high, an add and a shift (round-up reciprocal: m = floor(2^32 (2^s - d) / d) + 1,
+// s = ceil(log2 d); then n / d = (umulhi(n, m) + n) >> s, and t + n < 2^32 because n < 2^31).
+// Used where a kernel maps flat element indices to (page, offset) for every 16-byte chunk.
+struct fast_divider {
+    uint32_t d = 1, m = 1, s = 0;
+    __device__ __forceinline__ void init(uint32_t divisor) {
+        d = divisor;
+        s = 0;
+        while ((uint64_t(1) << s) < d) ++s;
+        m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
+    }
+    __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+};
+
+// Tokens of request b from its page table (as attn_decode): 0 when it has no page.
+__device__ __forceinline__ int request_len(const int32_t * indptr, const int32_t * last_page_len, int b,
+                                           int page_size) {
+    const int n_pg = indptr[b + 1] - indptr[b];
+    const int last = min(max(last_page_len[b], 0), page_size);
+    return n_pg <= 0 ? 0 : (n_pg - 1) * page_size + last;
+}
+
+// Arguments of the merge of decode partials (see the banner).
+struct ragged_merge_args {
+    const float * part_o;
+    const float * part_lse;
+    const int32_t * merge;
+    const int32_t * heads;
+    float * out;
+    int batch, n_kv_heads, group, v_total, max_width, n_tasks;
+};
+
+// Enqueues the merge kernel (defined in attn_decode_ragged.cu): one block per (request, KV head).
+void launch_ragged_merge(context & ctx, const ragged_merge_args & a);
+
+// Bytes of the partials of n_tasks tasks (part_o then part_lse, each 256-byte aligned).
+inline size_t ragged_partials_bytes(int64_t n_tasks, int64_t group, int64_t max_width, size_t * lse_offset) {
+    const size_t o = (size_t(n_tasks * group * max_width) * sizeof(float) + 255) & ~size_t(255);
+    *lse_offset = o;
+    return o + size_t(n_tasks * group) * sizeof(float);
+}
+
+}  // namespace kvcomp::cuda
