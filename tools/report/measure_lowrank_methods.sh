@@ -8,12 +8,12 @@
 # the weights (kvcomp calibrate defaults), written under $CALIB. The sweep resumes (rows already in
 # the CSV are kept). Run from the repository root after building; then
 # `python3 tools/report/make_results.py`.
-#   BACKEND (default cpu: the low-rank ops run on the CPU reference until a backend has kernels),
+#   BACKEND (default opencl:0; cpu runs the CPU reference, several times slower),
 #   BIN (default build/bin), OUT (default docs/data), EXAMPLES (default 4), CALIB (default
 #   build/calib_lowrank), POINTS (default 0.3,0.4,0.5,0.6,0.7)
 set -euo pipefail
 bin=${BIN:-build/bin}
-backend=${BACKEND:-cpu}
+backend=${BACKEND:-opencl:0}
 out=${OUT:-docs/data}
 examples=${EXAMPLES:-4}
 calib=${CALIB:-build/calib_lowrank}
