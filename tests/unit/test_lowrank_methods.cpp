@@ -355,6 +355,20 @@ TEST(lowrank_folding, full_rank_with_f16_weights_and_with_a_v_bias) {
     }
 }
 
+// Benchmarks run random weights from config.json alone: the model hash is then that of the tensors a
+// checkpoint of the config holds, so the checkpoint's own calibration file is accepted.
+TEST(lowrank_folding, random_weights_accept_the_checkpoints_calibration) {
+    namespace fs = std::filesystem;
+    const fs::path bare = fs::temp_directory_path() / "kvcomp_lowrank_config_only";
+    fs::create_directories(bare);
+    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json", fs::copy_options::overwrite_existing);
+    auto cfg = config("cpu", "fdc");  // the calibration of the checkpoint in tiny_dir()
+    cfg.model_dir = bare.string();
+    cfg.random_weights = true;
+    engine::engine e(cfg);
+    EXPECT_EQ(e.prompt_logits(random_tokens(8, 3)).size(), size_t(8 * spec().vocab));
+}
+
 // --- errors (CPU) -----------------------------------------------------------------------------------
 
 TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
