@@ -14,7 +14,8 @@ namespace hl = host::lowrank;
 
 class lowrank_method : public kv_method {
   public:
-    explicit lowrank_method(const lowrank_method_config & c) : c_(c), palu_(c.choice.method == hl::lowrank_method::palu) {}
+    explicit lowrank_method(const lowrank_method_config & c)
+        : c_(c), palu_(c.choice.method == hl::lowrank_method::palu) {}
 
     std::string name() const override { return hl::lowrank_method_name(c_.choice.method); }
 
@@ -24,7 +25,8 @@ class lowrank_method : public kv_method {
         dev_ = upload_lowrank_plan(be, plan_);
         buffer_ptr scratch;
         for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-            folded_.push_back(fold_layer(be, cfg, m.weights, l, plan_.layers[size_t(l)], dev_.layers[size_t(l)], scratch));
+            folded_.push_back(
+                fold_layer(be, cfg, m.weights, l, plan_.layers[size_t(l)], dev_.layers[size_t(l)], scratch));
             const folded_layer & f = folded_.back();
             const lowrank_layer & L = plan_.layers[size_t(l)];
             layer_projection p;
@@ -50,8 +52,8 @@ class lowrank_method : public kv_method {
 
     void allocate(backend & be, const kv_shape & shape) override {
         KVCOMP_CHECK_ARG(!plan_.layers.empty(), "method ", name(), ": allocate() before prepare()");
-        KVCOMP_CHECK_ARG(shape.n_layers == int64_t(plan_.layers.size()) && shape.n_kv_heads == plan_.n_kv_heads &&
-                             shape.head_dim == plan_.head_dim,
+        KVCOMP_CHECK_ARG(shape.n_layers == int64_t(plan_.layers.size()) &&
+                             shape.n_kv_heads == plan_.n_kv_heads && shape.head_dim == plan_.head_dim,
                          "method ", name(), ": cache shape disagrees with the calibration");
         shape_ = shape;
         for (const lowrank_layer & L : plan_.layers) {
@@ -69,8 +71,8 @@ class lowrank_method : public kv_method {
         return uint64_t(pages * shape_.page_size * dims_per_token_) * 2;
     }
 
-    void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k, const tensor & v,
-                const tensor & out, float scale) override {
+    void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
+                const tensor & v, const tensor & out, float scale) override {
         const lowrank_layer & L = plan_.layers[size_t(layer)];
         const lowrank_device_layer & D = dev_.layers[size_t(layer)];
         const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
@@ -81,7 +83,8 @@ class lowrank_method : public kv_method {
 
         // The cached K: k' = k R_k (post-RoPE, zack/fdc) or the latent k R_k (pre-RoPE, palu).
         const tensor kc = scratch_f32(0, {n, L.k_total});
-        be.run(make_op(head_project_params{n, nkv, nkv * d, L.k_total, D.bases.numel()}, {k, D.bases, D.k_table}, {kc}));
+        be.run(make_op(head_project_params{n, nkv, nkv * d, L.k_total, D.bases.numel()},
+                       {k, D.bases, D.k_table}, {kc}));
         be.run(make_op(kv_append_ragged_params{kv, n, s.batch, s.nnz_pages},
                        {kc, v, s.batch_idx, s.positions, s.indptr, s.indices, D.heads}, {kp, vp}));
         if (s.prefill)
@@ -139,8 +142,8 @@ class lowrank_method : public kv_method {
         if (palu_) {
             // Keys as decode sees them: latent R_k^T, then RoPE; queries stay at the full head_dim.
             const tensor rec = scratch_f32(1, {n, nkv, d});
-            be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, D.aux.numel()}, {kc, D.aux, D.rec_table},
-                           {rec}));
+            be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, D.aux.numel()},
+                           {kc, D.aux, D.rec_table}, {rec}));
             rope_params rp;
             rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = rope_theta_;
             rp.style = rope_style::neox;
@@ -152,8 +155,8 @@ class lowrank_method : public kv_method {
             p.k_total = nkv * d, p.max_width = std::max(L.max_width, d);
         } else {
             qa = scratch_f32(1, {n, g * L.k_total});
-            be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()}, {q, D.bases, D.q_table},
-                           {qa}));
+            be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
+                           {q, D.bases, D.q_table}, {qa}));
             k16 = scratch_f16(2, {n, L.k_total});
             be.run(make_op(copy_params{n * L.k_total}, {kc}, {k16}));
             heads = D.heads;
@@ -169,27 +172,29 @@ class lowrank_method : public kv_method {
                 float scale, int64_t g) {
         if (layer == 0) build_schedules(be, s);
         const step_schedule & sc = sched_[size_t(layer)];
-        const tensor schedule = make_tensor(sched_buf_.get(), dtype::i32, {std::max<int64_t>(sc.n_tasks, 1) * 4},
-                                            sc.schedule_at * 4);
-        const tensor merge = make_tensor(sched_buf_.get(), dtype::i32, {s.batch * shape_.n_kv_heads + 1 + sc.n_tasks},
-                                         sc.merge_at * 4);
+        const tensor schedule = make_tensor(sched_buf_.get(), dtype::i32,
+                                            {std::max<int64_t>(sc.n_tasks, 1) * 4}, sc.schedule_at * 4);
+        const tensor merge = make_tensor(sched_buf_.get(), dtype::i32,
+                                         {s.batch * shape_.n_kv_heads + 1 + sc.n_tasks}, sc.merge_at * 4);
         if (palu_) {
             attn_decode_palu_params p;
             p.kv = layout(L), p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
             p.rot_dim = shape_.head_dim, p.nnz_pages = s.nnz_pages, p.max_seq_len = s.max_seq_len;
             p.n_tasks = sc.n_tasks, p.style = rope_style::neox, p.scale = scale;
-            be.run(make_op(p, {q, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge, D.aux},
+            be.run(make_op(p,
+                           {q, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge, D.aux},
                            {out}));
             return;
         }
         const int64_t n = s.n_tokens, nq = shape_.n_q_heads, d = shape_.head_dim;
         const tensor qa = scratch_f32(1, {n, g * L.k_total});
-        be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()}, {q, D.bases, D.q_table},
-                       {qa}));
+        be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
+                       {q, D.bases, D.q_table}, {qa}));
         attn_decode_ragged_params p;
         p.kv = layout(L), p.batch = s.batch, p.n_q_heads = nq, p.nnz_pages = s.nnz_pages;
         p.max_seq_len = s.max_seq_len, p.n_tasks = sc.n_tasks, p.scale = scale;
-        be.run(make_op(p, {qa, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge}, {out}));
+        be.run(
+            make_op(p, {qa, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge}, {out}));
     }
 
     // Every layer's decode schedule for this step, in one upload (one transfer per layer would make

@@ -29,8 +29,10 @@ namespace kvcomp::engine {
 
 struct lowrank_method_config {
     lowrank_choice choice;
-    bool balanced_schedule = true;  // decode tasks balanced over the compute units (else one per (request, head))
-    bool prefill_balance = true;    // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
+    bool balanced_schedule =
+        true;  // decode tasks balanced over the compute units (else one per (request, head))
+    bool prefill_balance =
+        true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
 };
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);

@@ -30,26 +30,34 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     r.finish();
     KVCOMP_CHECK_ARG(!c.choice.calib_path.empty(), "method ", name,
-                     ": option calib=FILE is required (a calibration file from kvcomp calibrate --method ", name, ")");
+                     ": option calib=FILE is required (a calibration file from kvcomp calibrate --method ",
+                     name, ")");
     KVCOMP_CHECK_ARG(!(c.choice.removal_rate && c.choice.compression), "method ", name,
                      ": give at most one of removal_rate and compression");
     // The open ends of the ranges (r = 1 keeps one dim everywhere, p = 0 removes nothing) are
     // rejected: neither is an operating point, and p = 0 is what the file's r = 0 ranks already give.
     if (c.choice.removal_rate)
-        KVCOMP_CHECK_ARG(*c.choice.removal_rate < 1.0, "method ", name, ": option removal_rate=",
-                         *c.choice.removal_rate, " must be in [0, 1)");
+        KVCOMP_CHECK_ARG(*c.choice.removal_rate < 1.0, "method ", name,
+                         ": option removal_rate=", *c.choice.removal_rate, " must be in [0, 1)");
     if (c.choice.compression)
         KVCOMP_CHECK_ARG(*c.choice.compression > 0.0 && *c.choice.compression < 1.0, "method ", name,
                          ": option compression=", *c.choice.compression, " must be in (0, 1)");
-    KVCOMP_CHECK_ARG(!multiple_given || c.choice.removal_rate || c.choice.compression, "method ", name,
-                     ": rank_multiple only applies when ranks are re-chosen (with removal_rate or compression)");
+    KVCOMP_CHECK_ARG(
+        !multiple_given || c.choice.removal_rate || c.choice.compression, "method ", name,
+        ": rank_multiple only applies when ranks are re-chosen (with removal_rate or compression)");
     return make_lowrank_method(c);
 }
 
 }  // namespace
 
-std::unique_ptr<kv_method> make_kv_method_zack(const method_options & o) { return make(hl::lowrank_method::zack, o); }
-std::unique_ptr<kv_method> make_kv_method_fdc(const method_options & o) { return make(hl::lowrank_method::fdc, o); }
-std::unique_ptr<kv_method> make_kv_method_palu(const method_options & o) { return make(hl::lowrank_method::palu, o); }
+std::unique_ptr<kv_method> make_kv_method_zack(const method_options & o) {
+    return make(hl::lowrank_method::zack, o);
+}
+std::unique_ptr<kv_method> make_kv_method_fdc(const method_options & o) {
+    return make(hl::lowrank_method::fdc, o);
+}
+std::unique_ptr<kv_method> make_kv_method_palu(const method_options & o) {
+    return make(hl::lowrank_method::palu, o);
+}
 
 }  // namespace kvcomp::engine

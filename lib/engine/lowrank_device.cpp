@@ -25,8 +25,9 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan) {
     };
     std::vector<placed> where;
     for (const lowrank_layer & L : plan.layers)
-        where.push_back({put_i(L.heads), put_i(L.heads_full), put_i(L.q_table), put_i(L.k_table), put_i(L.bv_table),
-                         put_i(L.o_table), put_i(L.rec_table), put_f(L.bases), put_f(L.aux)});
+        where.push_back({put_i(L.heads), put_i(L.heads_full), put_i(L.q_table), put_i(L.k_table),
+                         put_i(L.bv_table), put_i(L.o_table), put_i(L.rec_table), put_f(L.bases),
+                         put_f(L.aux)});
     lowrank_device dev;
     dev.ints = upload_vector(be, ints);
     dev.floats = upload_vector(be, floats);
@@ -52,7 +53,8 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
     const layer_weights & L = w.layers[size_t(l)];
     const dtype mt = w.matrix_type;
     const size_t es = dtype_size(mt);
-    const int64_t H = cfg.hidden_size, d = cfg.head_dim, nq = cfg.num_attention_heads, nkv = cfg.num_key_value_heads;
+    const int64_t H = cfg.hidden_size, d = cfg.head_dim, nq = cfg.num_attention_heads,
+                  nkv = cfg.num_key_value_heads;
     const int64_t g = nq / nkv, vt = plan.v_total, o_in = g * vt;
     // Scratch: the f32 products (W_V' then W_O') and, for f16 weights, W_O converted to f32.
     const int64_t wo_f32 = mt == dtype::f32 ? 0 : H * nq * d;
@@ -65,7 +67,8 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
     for (int64_t c = 0; c < nkv; ++c) {
         gemm_params gp;
         gp.m = plan.v[size_t(c)], gp.n = H, gp.k = d, gp.trans_b = false;
-        const tensor a = make_tensor(dev.bases.buf, dtype::f32, {gp.m, d}, dev.bases.offset + size_t(plan.rvt_at(c)) * 4);
+        const tensor a =
+            make_tensor(dev.bases.buf, dtype::f32, {gp.m, d}, dev.bases.offset + size_t(plan.rvt_at(c)) * 4);
         const tensor b = make_tensor(L.wv.get(), mt, {d, H}, size_t(c * d * H) * es);
         const tensor out = make_tensor(scratch.get(), dtype::f32, {gp.m, H}, size_t(plan.v_off(c) * H) * 4);
         be.run(make_op(gp, {a, b}, {out}));

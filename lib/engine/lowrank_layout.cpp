@@ -16,7 +16,8 @@ namespace kvcomp::engine {
 
 namespace hl = host::lowrank;
 
-std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg, bool random_weights) {
+std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
+                                bool random_weights) {
     if (!random_weights) return hl::model_hash_of_dir(model_dir);
     // Random weights have no checkpoint to list: hash the tensors a checkpoint of this config.json
     // holds, which is what a calibration made from such a checkpoint records.
@@ -42,15 +43,18 @@ std::vector<float> rope_inv_freq(float theta, int64_t rot_dim, const std::vector
 
 namespace {
 
-const char * method_name(hl::lowrank_method m) { return hl::lowrank_method_name(m); }
+const char * method_name(hl::lowrank_method m) {
+    return hl::lowrank_method_name(m);
+}
 
 hl::kv_ranks choose_ranks(const lowrank_choice & ch, const hl::calibration & c) {
     const char * m = method_name(ch.method);
     const int64_t d = c.ranks.head_dim;
     if (!ch.removal_rate && !ch.compression) return c.ranks;
     // rank_selection rejects it too; this names the option the user set.
-    KVCOMP_CHECK_ARG(ch.rank_multiple >= 1 && ch.rank_multiple <= d, "method ", m, ": rank_multiple=",
-                     ch.rank_multiple, " must be in [1, head_dim = ", d, "] (a rank cannot exceed head_dim)");
+    KVCOMP_CHECK_ARG(ch.rank_multiple >= 1 && ch.rank_multiple <= d, "method ", m,
+                     ": rank_multiple=", ch.rank_multiple, " must be in [1, head_dim = ", d,
+                     "] (a rank cannot exceed head_dim)");
     if (ch.removal_rate) return hl::ranks_for_removal_rate(c.spectra(), *ch.removal_rate, ch.rank_multiple);
     return hl::removal_rate_for_compression(c.spectra(), *ch.compression, ch.rank_multiple).ranks;
 }
@@ -61,8 +65,8 @@ void add_row(std::vector<int32_t> & t, int64_t in_off, int64_t in_w, int64_t bas
     for (int64_t x : {in_off, in_w, basis_off, out_off, out_w}) t.push_back(int32_t(x));
 }
 
-lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq, bool palu,
-                         const std::vector<float> & inv_freq) {
+lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq,
+                         bool palu, const std::vector<float> & inv_freq) {
     const int64_t nkv = r.num_kv_heads, d = r.head_dim, g = nq / nkv;
     lowrank_layer L;
     L.d = d;
@@ -89,8 +93,8 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
             }
             for (int64_t j = 0; j < vc; ++j) {
                 const float x = float(vb.basis[size_t(row * vb.cols + j)]);
-                L.bases[size_t(L.rv_at(c) + row * vc + j)] = x;   // R_v [d, v_c]
-                L.bases[size_t(L.rvt_at(c) + j * d + row)] = x;   // R_v^T [v_c, d]
+                L.bases[size_t(L.rv_at(c) + row * vc + j)] = x;  // R_v [d, v_c]
+                L.bases[size_t(L.rvt_at(c) + j * d + row)] = x;  // R_v^T [v_c, d]
             }
         }
         add_row(L.k_table, c * d, d, d * ko, ko, kc);
@@ -112,8 +116,8 @@ lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_conf
                                const std::string & model_hash) {
     const char * m = method_name(ch.method);
     const int64_t d = cfg.head_dim, nkv = cfg.num_key_value_heads, nq = cfg.num_attention_heads;
-    KVCOMP_CHECK_ARG(d <= max_ragged_width, "method ", m, ": head_dim ", d, " is wider than the low-rank kernels take (",
-                     max_ragged_width, ")");
+    KVCOMP_CHECK_ARG(d <= max_ragged_width, "method ", m, ": head_dim ", d,
+                     " is wider than the low-rank kernels take (", max_ragged_width, ")");
     hl::calibration_expectation ex;
     ex.method = ch.method, ex.model_hash = model_hash;
     ex.num_layers = cfg.num_hidden_layers, ex.num_kv_heads = nkv, ex.head_dim = d;
@@ -126,17 +130,19 @@ lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_conf
         // Impossible for ranks from rank_selection or a validated file; checked because a wrong
         // width here would index outside the bases.
         KVCOMP_CHECK_ARG(rk >= 1 && rk <= d && rv >= 1 && rv <= d, "method ", m, ": ranks (", rk, ", ", rv,
-                         ") of layer ", int64_t(i) / nkv, " KV head ", int64_t(i) % nkv, " are outside [1, head_dim = ",
-                         d, "]");
-        KVCOMP_CHECK_ARG(rk <= p.calib.k[i].cols && rv <= p.calib.v[i].cols, "method ", m, ": ", ch.calib_path,
-                         " stores ", p.calib.k[i].cols, " K / ", p.calib.v[i].cols, " V basis columns for layer ",
-                         int64_t(i) / nkv, " KV head ", int64_t(i) % nkv, ", fewer than the ranks (", rk, ", ", rv,
+                         ") of layer ", int64_t(i) / nkv, " KV head ", int64_t(i) % nkv,
+                         " are outside [1, head_dim = ", d, "]");
+        KVCOMP_CHECK_ARG(rk <= p.calib.k[i].cols && rv <= p.calib.v[i].cols, "method ", m, ": ",
+                         ch.calib_path, " stores ", p.calib.k[i].cols, " K / ", p.calib.v[i].cols,
+                         " V basis columns for layer ", int64_t(i) / nkv, " KV head ", int64_t(i) % nkv,
+                         ", fewer than the ranks (", rk, ", ", rv,
                          "); re-choose ranks only from a full (untruncated) file");
     }
     const bool palu = ch.method == hl::lowrank_method::palu;
-    const std::vector<float> inv_freq = palu ? rope_inv_freq(float(cfg.rope.theta), d, cfg.rope.freq_factors)
-                                             : std::vector<float>{};
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, inv_freq));
+    const std::vector<float> inv_freq =
+        palu ? rope_inv_freq(float(cfg.rope.theta), d, cfg.rope.freq_factors) : std::vector<float>{};
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, inv_freq));
     return p;
 }
 

@@ -61,7 +61,8 @@ struct lowrank_plan {
 
 // The model hash a calibration file must carry: of the checkpoint in model_dir, or, for random
 // weights (only config.json there), of config.json and the tensors a checkpoint of it would hold.
-std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg, bool random_weights);
+std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
+                                bool random_weights);
 
 // Reads the calibration (checked against the method, the model's shape and model_hash: a file
 // made for another model or method is invalid_argument naming the file), chooses the ranks and

@@ -10,8 +10,8 @@ int64_t option_reader::integer(const std::string & key, int64_t def, int64_t lo,
     if (it == opts_.end()) return def;
     char * end = nullptr;
     const long long v = std::strtoll(it->second.c_str(), &end, 10);
-    KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ", key,
-                     "=", it->second, " must be an integer in [", lo, ", ", hi, "]");
+    KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_,
+                     ": option ", key, "=", it->second, " must be an integer in [", lo, ", ", hi, "]");
     return v;
 }
 
@@ -21,8 +21,8 @@ double option_reader::real(const std::string & key, double def, double lo, doubl
     if (it == opts_.end()) return def;
     char * end = nullptr;
     const double v = std::strtod(it->second.c_str(), &end);
-    KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ", key,
-                     "=", it->second, " must be a number in [", lo, ", ", hi, "]");
+    KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_,
+                     ": option ", key, "=", it->second, " must be a number in [", lo, ", ", hi, "]");
     return v;
 }
 
@@ -51,8 +51,8 @@ void option_reader::finish() const {
         if (seen_.count(kv.first)) continue;
         std::string known;
         for (const auto & k : seen_) known += (known.empty() ? "" : ", ") + k;
-        KVCOMP_THROW(status::invalid_argument, "method ", method_, ": unknown option '", kv.first, "' (options: ", known,
-                     ")");
+        KVCOMP_THROW(status::invalid_argument, "method ", method_, ": unknown option '", kv.first,
+                     "' (options: ", known, ")");
     }
 }
 

@@ -64,15 +64,17 @@ std::string calib_file(const std::string & method, const std::string & dir = tin
     cfg.prompts = {random_tokens(96, 11), random_tokens(80, 12)};
     cfg.removal_rate = 0.0;
     const auto res = engine::run_calibration(cfg);
-    const std::string file = (std::filesystem::temp_directory_path() /
-                              ("kvcomp_lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors"))
-                                 .string();
+    const std::string file =
+        (std::filesystem::temp_directory_path() /
+         ("kvcomp_lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors"))
+            .string();
     hl::write_calibration(file, res.calib);
     made[key] = file;
     return file;
 }
 
-engine::engine_config config(const std::string & backend, const std::string & method, engine::method_options o = {}) {
+engine::engine_config config(const std::string & backend, const std::string & method,
+                             engine::method_options o = {}) {
     auto c = test::tiny_engine_config(tiny_dir(), backend);
     c.method = method;
     if (method != "none" && !o.count("calib")) o["calib"] = calib_file(method);
@@ -127,7 +129,8 @@ class lowrank : public ::testing::TestWithParam<param> {
         backend_ = std::get<0>(GetParam());
         method_ = std::get<1>(GetParam());
         std::string why;
-        if (!runs_lowrank(backend_, method_, why)) GTEST_SKIP() << backend_ << " does not run " << method_ << ": " << why;
+        if (!runs_lowrank(backend_, method_, why))
+            GTEST_SKIP() << backend_ << " does not run " << method_ << ": " << why;
     }
     std::string backend_, method_;
 };
@@ -157,7 +160,8 @@ TEST_P(lowrank, error_shrinks_as_ranks_grow) {
     const auto want = none.prompt_logits(prompt);
     std::vector<double> errs;
     for (double p : {0.7, 0.5, 0.3, 0.1}) {
-        engine::engine e(config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", "4"}}));
+        engine::engine e(
+            config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", "4"}}));
         errs.push_back(test::nmse(e.prompt_logits(prompt), want));
     }
     engine::engine full(config(backend_, method_));
@@ -170,7 +174,8 @@ TEST_P(lowrank, error_shrinks_as_ranks_grow) {
 TEST_P(lowrank, kv_bytes_are_the_formula) {
     const double p = 0.45;
     const int64_t multiple = 8;
-    auto cfg = config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", std::to_string(multiple)}});
+    auto cfg = config(backend_, method_,
+                      {{"compression", std::to_string(p)}, {"rank_multiple", std::to_string(multiple)}});
     cfg.kv_pages = 24;
     engine::engine e(cfg);
     auto none_cfg = config(backend_, "none");
@@ -185,7 +190,8 @@ TEST_P(lowrank, kv_bytes_are_the_formula) {
     for (int64_t t : {1, 16, 17, 100}) {
         const uint64_t pages = uint64_t((t + 15) / 16);
         EXPECT_EQ(e.kv_bytes_for_tokens(t), pages * 16u * dims * 2u) << t << " tokens";
-        EXPECT_DOUBLE_EQ(double(e.kv_bytes_for_tokens(t)) / double(none.kv_bytes_for_tokens(t)), r.kept_fraction());
+        EXPECT_DOUBLE_EQ(double(e.kv_bytes_for_tokens(t)) / double(none.kv_bytes_for_tokens(t)),
+                         r.kept_fraction());
     }
 }
 
@@ -361,7 +367,8 @@ TEST(lowrank_folding, random_weights_accept_the_checkpoints_calibration) {
     namespace fs = std::filesystem;
     const fs::path bare = fs::temp_directory_path() / "kvcomp_lowrank_config_only";
     fs::create_directories(bare);
-    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json",
+                  fs::copy_options::overwrite_existing);
     auto cfg = config("cpu", "fdc");  // the calibration of the checkpoint in tiny_dir()
     cfg.model_dir = bare.string();
     cfg.random_weights = true;
@@ -376,27 +383,39 @@ TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
     other.intermediate = 160;  // same layers / heads / head_dim: only the fingerprint tells them apart
     const std::string other_dir = test::write_tiny_model(other, "kv_lowrank_other");
     const std::string foreign = calib_file("fdc", other_dir);
-    test::expect_error([&] { engine::engine e(config("cpu", "fdc", {{"calib", foreign}})); }, status::invalid_argument,
-                       {foreign});
+    test::expect_error(
+        [&] {
+            engine::engine e(config("cpu", "fdc", {{"calib", foreign}}));
+        },
+        status::invalid_argument, {foreign});
     const std::string zack_file = calib_file("zack");
-    test::expect_error([&] { engine::engine e(config("cpu", "fdc", {{"calib", zack_file}})); },
-                       status::invalid_argument, {zack_file, "zack"});
+    test::expect_error(
+        [&] {
+            engine::engine e(config("cpu", "fdc", {{"calib", zack_file}}));
+        },
+        status::invalid_argument, {zack_file, "zack"});
 }
 
 TEST(lowrank_errors, bad_options_name_the_option) {
     const std::string f = calib_file("fdc");
     auto make = [&](engine::method_options o) { return [o] { engine::engine e(config("cpu", "fdc", o)); }; };
     for (const char * r : {"1", "1.5", "-0.1", "x"})
-        test::expect_error(make({{"calib", f}, {"removal_rate", r}}), status::invalid_argument, {"removal_rate"});
+        test::expect_error(make({{"calib", f}, {"removal_rate", r}}), status::invalid_argument,
+                           {"removal_rate"});
     for (const char * p : {"0", "1", "2"})
-        test::expect_error(make({{"calib", f}, {"compression", p}}), status::invalid_argument, {"compression"});
-    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"removal_rate", "0.1"}}), status::invalid_argument,
-                       {"at most one"});
-    test::expect_error(make({{"calib", f}, {"rank_multiple", "8"}}), status::invalid_argument, {"rank_multiple"});
+        test::expect_error(make({{"calib", f}, {"compression", p}}), status::invalid_argument,
+                           {"compression"});
+    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"removal_rate", "0.1"}}),
+                       status::invalid_argument, {"at most one"});
+    test::expect_error(make({{"calib", f}, {"rank_multiple", "8"}}), status::invalid_argument,
+                       {"rank_multiple"});
     test::expect_error(make({{"calib", f}, {"schedule", "lpt"}}), status::invalid_argument, {"schedule"});
     test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});
-    test::expect_error([] { engine::engine e(config("cpu", "fdc", {{"calib", ""}})); }, status::invalid_argument,
-                       {"calib"});
+    test::expect_error(
+        [] {
+            engine::engine e(config("cpu", "fdc", {{"calib", ""}}));
+        },
+        status::invalid_argument, {"calib"});
     test::expect_error(
         [] {
             auto c = test::tiny_engine_config(tiny_dir(), "cpu");
