@@ -210,12 +210,13 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     shape.n_kv_heads = p.model.num_key_value_heads, shape.head_dim = p.model.head_dim;
     shape.n_pages = p.cfg.kv_pages, shape.page_size = cfg.page_size;
     shape.max_requests = cfg.max_batch;
+    p.method->prepare(*p.be, model_context{p.model, p.weights, cfg.model_dir, cfg.random_weights});
     p.method->allocate(*p.be, shape);
     p.pool = std::make_unique<host::page_pool>(int32_t(p.cfg.kv_pages));
     p.table = std::make_unique<host::page_table>(*p.pool, cfg.page_size);
     p.forward = std::make_unique<llama_forward>(*p.be, p.model, p.weights, cfg.f16_activations);
     p.stats.kv_bytes_allocated = p.method->bytes_allocated();
-    p.stats.weight_bytes = p.weights.bytes;
+    p.stats.weight_bytes = p.weights.bytes + p.method->weight_bytes();
 }
 
 engine::~engine() = default;

@@ -10,6 +10,9 @@ std::unique_ptr<kv_method> make_kv_method_none(const method_options & options);
 std::unique_ptr<kv_method> make_kv_method_window(const method_options & options);
 std::unique_ptr<kv_method> make_kv_method_kivi(const method_options & options);
 std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_zack(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_fdc(const method_options & options);
+std::unique_ptr<kv_method> make_kv_method_palu(const method_options & options);
 
 namespace {
 
@@ -21,6 +24,9 @@ const std::vector<std::pair<std::string, factory>> & methods() {
         {"window", &make_kv_method_window},
         {"kivi", &make_kv_method_kivi},
         {"zipcache", &make_kv_method_zipcache},
+        {"zack", &make_kv_method_zack},
+        {"fdc", &make_kv_method_fdc},
+        {"palu", &make_kv_method_palu},
     };
     return m;
 }

@@ -9,6 +9,10 @@
 // Per step, the engine gives the method the projected and RoPE-rotated q/k/v of every new token
 // (f32, token-major) plus the page-table arrays it built on the host (kv_step). The method appends
 // the new K/V of that layer and writes the attention output.
+//
+// Methods that change the attention's projections (ZACK / FDC / Palu fold their bases into W_V and
+// W_O) do so at load time in prepare(), into weights they own, and describe each layer's projections
+// with projection(layer); llama_forward reads that description and sizes its activations by it.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +22,35 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "engine/model_weights.h"
+#include "host/model/model_config.h"
 
 namespace kvcomp::engine {
+
+// What prepare() may read about the loaded model.
+struct model_context {
+    const host::model_config & config;
+    // On the backend prepare() receives. A method may release the matrices its projections replace
+    // (resetting the buffer and taking its bytes off weights.bytes), so they take no device memory.
+    model_weights & weights;
+    std::string model_dir;          // the checkpoint directory (config.json only for random weights)
+    bool random_weights = false;    // weights made up from config.json (benchmarks)
+};
+
+// One layer's attention projections as a method replaced them (kv_method::projection). Weights are
+// [out, in] like model_weights' matrices, in model_weights::matrix_type; biases f32 [out].
+//   v:  v = x W_v^T (+ b_v), v_width values per token (replaces v_proj; null w_v keeps v_proj);
+//   o:  the attention output (o_width values per token) times W_o^T, accumulated into the residual
+//       (replaces o_proj; null w_o keeps o_proj);
+//   k_pre_rope: k reaches attend() before RoPE (the method applies RoPE itself, e.g. Palu).
+struct layer_projection {
+    buffer * w_v = nullptr;
+    buffer * b_v = nullptr;
+    int64_t v_width = 0;
+    buffer * w_o = nullptr;
+    int64_t o_width = 0;
+    bool k_pre_rope = false;
+};
 
 // Shapes the method needs, from the model config.
 struct kv_shape {
@@ -56,6 +87,17 @@ public:
 
     virtual std::string name() const = 0;
 
+    // Called once after the weights are loaded and before allocate(): a method that folds bases into
+    // the projections builds its own weights here (on the device, with the backend's ops).
+    virtual void prepare(backend & /*be*/, const model_context & /*model*/) {}
+
+    // The projections of `layer` when the method replaced them, null when the model's own are used.
+    // Valid after prepare(), for the method's lifetime.
+    virtual const layer_projection * projection(int64_t /*layer*/) const { return nullptr; }
+
+    // Device bytes of the weights the method owns (folded projections, bases), next to the model's.
+    virtual uint64_t weight_bytes() const { return 0; }
+
     // Allocates the cache for `shape` on `be` (called once, before the first step).
     virtual void allocate(backend & be, const kv_shape & shape) = 0;
 
@@ -69,7 +111,8 @@ public:
 
     // Appends this layer's new k/v (f32 [n_tokens, n_kv_heads, head_dim]) and writes attention of
     // q (f32 [n_tokens, n_q_heads, head_dim]) over each request's cached tokens to out (same shape
-    // as q). Scale is 1/sqrt(head_dim) of the model.
+    // as q). Scale is 1/sqrt(head_dim) of the model. With a projection(layer), v has v_width values
+    // per token, out o_width, and k is pre-RoPE when k_pre_rope.
     virtual void attend(backend & be, int64_t layer, const kv_step & step, const tensor & q, const tensor & k,
                         const tensor & v, const tensor & out, float scale) = 0;
 

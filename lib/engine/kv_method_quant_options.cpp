@@ -9,64 +9,12 @@
 //     ratio 0.4 (salient fraction), hi_bits 4, lo_bits 2, block 100 (the streaming gap: also the
 //     decode window), probe_recent 0.05, probe_random 0.05, nnz probe|causal (digest §9 A6),
 //     decode_probe_recent 5, decode_probe_p 0.05, seed 0.
-#include <cstdlib>
-#include <functional>
-#include <set>
-
 #include "engine/kv_method_quant.h"
+#include "engine/method_option_reader.h"
 
 namespace kvcomp::engine {
 
 namespace {
-
-// Reads each option once, rejects unknown keys and malformed values with the method's name.
-class option_reader {
-  public:
-    option_reader(std::string method, const method_options & o) : method_(std::move(method)), opts_(o) {}
-
-    int64_t integer(const std::string & key, int64_t def, int64_t lo, int64_t hi) {
-        seen_.insert(key);
-        auto it = opts_.find(key);
-        if (it == opts_.end()) return def;
-        char * end = nullptr;
-        const long long v = std::strtoll(it->second.c_str(), &end, 10);
-        KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ",
-                         key, "=", it->second, " must be an integer in [", lo, ", ", hi, "]");
-        return v;
-    }
-    double real(const std::string & key, double def, double lo, double hi) {
-        seen_.insert(key);
-        auto it = opts_.find(key);
-        if (it == opts_.end()) return def;
-        char * end = nullptr;
-        const double v = std::strtod(it->second.c_str(), &end);
-        KVCOMP_CHECK_ARG(!it->second.empty() && *end == '\0' && v >= lo && v <= hi, "method ", method_, ": option ",
-                         key, "=", it->second, " must be a number in [", lo, ", ", hi, "]");
-        return v;
-    }
-    std::string word(const std::string & key, const std::string & def, const std::set<std::string> & allowed) {
-        seen_.insert(key);
-        auto it = opts_.find(key);
-        if (it == opts_.end()) return def;
-        KVCOMP_CHECK_ARG(allowed.count(it->second), "method ", method_, ": option ", key, "=", it->second,
-                         " is not one of the allowed values");
-        return it->second;
-    }
-    void finish() const {
-        for (const auto & kv : opts_) {
-            if (seen_.count(kv.first)) continue;
-            std::string known;
-            for (const auto & k : seen_) known += (known.empty() ? "" : ", ") + k;
-            KVCOMP_THROW(status::invalid_argument, "method ", method_, ": unknown option '", kv.first,
-                         "' (options: ", known, ")");
-        }
-    }
-
-  private:
-    std::string method_;
-    const method_options & opts_;
-    std::set<std::string> seen_;
-};
 
 int32_t bits_option(option_reader & r, const std::string & key, int32_t def, const std::string & method) {
     const int32_t b = int32_t(r.integer(key, def, 2, 8));

@@ -13,13 +13,20 @@ llama_forward::llama_forward(backend & be, const host::model_config & cfg, const
                              bool f16_activations)
     : be_(be), cfg_(cfg), w_(w), f16_inputs_(f16_activations && w.matrix_type == dtype::f16), act_(N_ACT) {}
 
-void llama_forward::reserve(int64_t n, int64_t r) {
+void llama_forward::reserve(const kv_method & method, int64_t n, int64_t r) {
     if (n <= cap_tokens_ && r <= cap_rows_) return;
     cap_tokens_ = std::max(n, cap_tokens_);
     cap_rows_ = std::max(r, cap_rows_);
-    const int64_t widest = std::max({cfg_.hidden_size, cfg_.q_dim(), cfg_.intermediate_size});
-    const int64_t sizes[N_ACT] = {cfg_.hidden_size, cfg_.hidden_size, cfg_.q_dim(), cfg_.kv_dim(), cfg_.kv_dim(),
-                                  cfg_.q_dim(), cfg_.intermediate_size, cfg_.intermediate_size, 0, 0, widest};
+    // V and the attention output take the widest of the model's and the method's widths.
+    int64_t v_width = cfg_.kv_dim(), o_width = cfg_.q_dim();
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+        if (const layer_projection * p = method.projection(l)) {
+            if (p->w_v) v_width = std::max(v_width, p->v_width);
+            if (p->w_o) o_width = std::max(o_width, p->o_width);
+        }
+    const int64_t widest = std::max({cfg_.hidden_size, o_width, cfg_.intermediate_size});
+    const int64_t sizes[N_ACT] = {cfg_.hidden_size, cfg_.hidden_size, cfg_.q_dim(), cfg_.kv_dim(), v_width,
+                                  o_width, cfg_.intermediate_size, cfg_.intermediate_size, 0, 0, widest};
     for (size_t i = 0; i < N_ACT; ++i) {
         const int64_t elems = i == LAST ? cap_rows_ * cfg_.hidden_size
                               : i == LOGITS ? cap_rows_ * cfg_.vocab_size
@@ -58,7 +65,7 @@ void llama_forward::linear(const tensor & x, buffer & w, buffer * bias, int64_t 
 tensor llama_forward::run(kv_method & method, const step_inputs & s) {
     const int64_t n = int64_t(s.tokens.size()), r = int64_t(s.logit_rows.size());
     KVCOMP_CHECK_ARG(n > 0 && r > 0, "forward: a step needs tokens and logit rows (", n, ", ", r, ")");
-    reserve(n, r);
+    reserve(method, n, r);
 
     // One upload for every i32 array of the step; a leading block of zeros serves as the ids
     // that broadcast biases.
@@ -92,8 +99,8 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
     const int64_t Hd = cfg_.hidden_size, hd = cfg_.head_dim, nq = cfg_.num_attention_heads,
                   nkv = cfg_.num_key_value_heads, I = cfg_.intermediate_size;
     const tensor x = act(X, {n, Hd}), h = act(H, {n, Hd});
-    const tensor q = act(Q, {n, nq, hd}), k = act(K, {n, nkv, hd}), v = act(V, {n, nkv, hd});
-    const tensor att = act(ATT, {n, nq, hd}), gate = act(GATE, {n, I}), up = act(UP, {n, I});
+    const tensor q = act(Q, {n, nq, hd}), k = act(K, {n, nkv, hd});
+    const tensor gate = act(GATE, {n, I}), up = act(UP, {n, I});
     const float scale = float(1.0 / std::sqrt(double(hd)));
 
     be_.run(make_op(get_rows_params{n, Hd, cfg_.vocab_size},
@@ -107,16 +114,26 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
         const layer_weights & L = w_.layers[size_t(l)];
         be_.run(make_op(rms_norm_params{n, Hd, float(cfg_.rms_norm_eps)},
                         {x, make_tensor(L.attn_norm.get(), dtype::f32, {Hd})}, {h}));
+        const layer_projection * proj = method.projection(l);
+        const bool own_v = proj && proj->w_v, own_o = proj && proj->w_o;
+        const int64_t v_width = own_v ? proj->v_width : nkv * hd, o_width = own_o ? proj->o_width : nq * hd;
+        const tensor v = own_v ? act(V, {n, v_width}) : act(V, {n, nkv, hd});
+        const tensor att = own_o ? act(ATT, {n, o_width}) : act(ATT, {n, nq, hd});
         const tensor hin = matmul_input(h);
         linear(hin, *L.wq, L.bq.get(), nq * hd, Hd, q, n, false);
         linear(hin, *L.wk, L.bk.get(), nkv * hd, Hd, k, n, false);
-        linear(hin, *L.wv, L.bv.get(), nkv * hd, Hd, v, n, false);
+        if (own_v)
+            linear(hin, *proj->w_v, proj->b_v, v_width, Hd, v, n, false);
+        else
+            linear(hin, *L.wv, L.bv.get(), v_width, Hd, v, n, false);
         rp.n_heads = nq;
         be_.run(make_op(rp, {q, view(pos), ff}, {q}));
-        rp.n_heads = nkv;
-        be_.run(make_op(rp, {k, view(pos), ff}, {k}));
+        if (!(proj && proj->k_pre_rope)) {
+            rp.n_heads = nkv;
+            be_.run(make_op(rp, {k, view(pos), ff}, {k}));
+        }
         method.attend(be_, l, ks, q, k, v, att, scale);
-        linear(matmul_input(att), *L.wo, nullptr, Hd, nq * hd, x, n, true);
+        linear(matmul_input(att), own_o ? *proj->w_o : *L.wo, nullptr, Hd, o_width, x, n, true);
         be_.run(make_op(rms_norm_params{n, Hd, float(cfg_.rms_norm_eps)},
                         {x, make_tensor(L.mlp_norm.get(), dtype::f32, {Hd})}, {h}));
         const tensor hin2 = matmul_input(h);

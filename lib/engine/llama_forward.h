@@ -5,7 +5,8 @@
 // (append + attention) -> o_proj accumulated into the residual (gemm beta = 1) -> rms_norm ->
 // gate/up -> silu_mul -> down_proj accumulated into the residual. After the last layer only the
 // rows whose logits are wanted (the last token of each request) go through the final norm and
-// lm_head.
+// lm_head. A method's layer_projection (kv_method.h) replaces v_proj / o_proj and their widths, and
+// may ask for k before RoPE.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,7 @@ public:
     tensor run(kv_method & method, const step_inputs & step);
 
 private:
-    void reserve(int64_t n_tokens, int64_t n_rows);
+    void reserve(const kv_method & method, int64_t n_tokens, int64_t n_rows);
     tensor act(size_t which, std::initializer_list<int64_t> shape) const;
     tensor matmul_input(const tensor & x);  // x, or its f16 copy when f16_inputs_
     void linear(const tensor & x, buffer & w, buffer * bias, int64_t out, int64_t in, const tensor & y, int64_t n,

@@ -1,0 +1,269 @@
+// Low-rank KV methods zack / fdc / palu: see kv_method_lowrank.h.
+#include "engine/kv_method_lowrank.h"
+
+#include <algorithm>
+
+#include "engine/lowrank_device.h"
+#include "host/lowrank/decode_schedule.h"
+
+namespace kvcomp::engine {
+
+namespace {
+
+namespace hl = host::lowrank;
+
+class lowrank_method : public kv_method {
+  public:
+    explicit lowrank_method(const lowrank_method_config & c)
+        : c_(c), palu_(c.choice.method == hl::lowrank_method::palu) {}
+
+    std::string name() const override { return hl::lowrank_method_name(c_.choice.method); }
+
+    void prepare(backend & be, const model_context & m) override {
+        const host::model_config & cfg = m.config;
+        plan_ = make_lowrank_plan(c_.choice, cfg, expected_model_hash(m.model_dir, cfg, m.random_weights));
+        dev_ = upload_lowrank_plan(be, plan_);
+        buffer_ptr scratch;
+        for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+            folded_.push_back(
+                fold_layer(be, cfg, m.weights, l, plan_.layers[size_t(l)], dev_.layers[size_t(l)], scratch));
+            const folded_layer & f = folded_.back();
+            const lowrank_layer & L = plan_.layers[size_t(l)];
+            layer_projection p;
+            p.w_v = f.w_v.get(), p.b_v = f.b_v.get(), p.v_width = L.v_total;
+            p.w_o = f.w_o.get(), p.o_width = cfg.gqa_group() * L.v_total;
+            p.k_pre_rope = palu_;
+            proj_.push_back(p);
+            weight_bytes_ += f.bytes;
+        }
+        release_replaced_weights(be, m.weights);
+        weight_bytes_ += dev_.bytes();
+        // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
+        rope_theta_ = float(cfg.rope.theta);
+        freq_factors_ = m.weights.freq_factors.get();
+        n_workers_ = std::max(1, be.info().compute_units);
+    }
+
+    const layer_projection * projection(int64_t layer) const override {
+        return proj_.empty() ? nullptr : &proj_[size_t(layer)];
+    }
+
+    uint64_t weight_bytes() const override { return weight_bytes_; }
+
+    void allocate(backend & be, const kv_shape & shape) override {
+        KVCOMP_CHECK_ARG(!plan_.layers.empty(), "method ", name(), ": allocate() before prepare()");
+        KVCOMP_CHECK_ARG(shape.n_layers == int64_t(plan_.layers.size()) &&
+                             shape.n_kv_heads == plan_.n_kv_heads && shape.head_dim == plan_.head_dim,
+                         "method ", name(), ": cache shape disagrees with the calibration");
+        shape_ = shape;
+        for (const lowrank_layer & L : plan_.layers) {
+            k_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * L.k_total) * 2));
+            v_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * L.v_total) * 2));
+            bytes_ += k_.back()->size() + v_.back()->size();
+            dims_per_token_ += L.k_total + L.v_total;
+        }
+    }
+
+    uint64_t bytes_allocated() const override { return bytes_; }
+
+    uint64_t bytes_for_tokens(int64_t tokens) const override {
+        const int64_t pages = (tokens + shape_.page_size - 1) / shape_.page_size;
+        return uint64_t(pages * shape_.page_size * dims_per_token_) * 2;
+    }
+
+    void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
+                const tensor & v, const tensor & out, float scale) override {
+        const lowrank_layer & L = plan_.layers[size_t(layer)];
+        const lowrank_device_layer & D = dev_.layers[size_t(layer)];
+        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const int64_t g = nq / nkv;
+        grow_scratch(be, n);
+        const ragged_layout kv = layout(L);
+        const tensor kp = pages(*k_[size_t(layer)], L.k_total), vp = pages(*v_[size_t(layer)], L.v_total);
+
+        // The cached K: k' = k R_k (post-RoPE, zack/fdc) or the latent k R_k (pre-RoPE, palu).
+        const tensor kc = scratch_f32(0, {n, L.k_total});
+        be.run(make_op(head_project_params{n, nkv, nkv * d, L.k_total, D.bases.numel()},
+                       {k, D.bases, D.k_table}, {kc}));
+        be.run(make_op(kv_append_ragged_params{kv, n, s.batch, s.nnz_pages},
+                       {kc, v, s.batch_idx, s.positions, s.indptr, s.indices, D.heads}, {kp, vp}));
+        if (s.prefill)
+            prefill(be, L, D, s, q, kc, v, out, scale);
+        else
+            decode(be, layer, L, D, s, q, kp, vp, out, scale, g);
+    }
+
+  private:
+    ragged_layout layout(const lowrank_layer & L) const {
+        return {shape_.n_pages, shape_.n_kv_heads, shape_.page_size, L.k_total, L.v_total, L.max_width};
+    }
+    tensor pages(buffer & b, int64_t total) const {
+        return make_tensor(&b, dtype::f16, {shape_.n_pages, shape_.page_size * total});
+    }
+
+    // Scratch regions per token (f32 unless said): cached K [k_max] | q' [g * k_max] or, for palu,
+    // the reconstructed keys [nkv * d] | f16 K for prefill [max(k_max, nkv * d)] | f16 V [v_max].
+    int64_t k_max() const {
+        int64_t m = 0;
+        for (const auto & L : plan_.layers) m = std::max(m, L.k_total);
+        return m;
+    }
+    int64_t v_max() const {
+        int64_t m = 0;
+        for (const auto & L : plan_.layers) m = std::max(m, L.v_total);
+        return m;
+    }
+    void grow_scratch(backend & be, int64_t n) {
+        if (n <= scratch_tokens_) return;
+        const int64_t g = shape_.n_q_heads / shape_.n_kv_heads, full = shape_.n_kv_heads * shape_.head_dim;
+        region_[0] = 0;
+        region_[1] = region_[0] + n * k_max() * 4;
+        region_[2] = region_[1] + n * std::max(g * k_max(), full) * 4;
+        region_[3] = region_[2] + n * std::max(k_max(), full) * 2;
+        const int64_t end = region_[3] + n * v_max() * 2;
+        scratch_ = be.alloc(size_t(end));
+        scratch_tokens_ = n;
+    }
+    tensor scratch_f32(int r, std::initializer_list<int64_t> shape) const {
+        return make_tensor(scratch_.get(), dtype::f32, shape, size_t(region_[r]));
+    }
+    tensor scratch_f16(int r, std::initializer_list<int64_t> shape) const {
+        return make_tensor(scratch_.get(), dtype::f16, shape, size_t(region_[r]));
+    }
+
+    void prefill(backend & be, const lowrank_layer & L, const lowrank_device_layer & D, const kv_step & s,
+                 const tensor & q, const tensor & kc, const tensor & v, const tensor & out, float scale) {
+        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const int64_t g = nq / nkv;
+        attn_prefill_ragged_params p;
+        p.batch = s.batch, p.n_tokens = n, p.n_q_heads = nq, p.n_kv_heads = nkv, p.v_total = L.v_total;
+        p.max_seq_len = s.max_seq_len, p.scale = scale, p.balanced = c_.prefill_balance;
+        tensor qa, k16, heads;
+        if (palu_) {
+            // Keys as decode sees them: latent R_k^T, then RoPE; queries stay at the full head_dim.
+            const tensor rec = scratch_f32(1, {n, nkv, d});
+            be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, D.aux.numel()},
+                           {kc, D.aux, D.rec_table}, {rec}));
+            rope_params rp;
+            rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = rope_theta_;
+            rp.style = rope_style::neox;
+            const tensor ff = freq_factors_ ? make_tensor(freq_factors_, dtype::f32, {d / 2}) : tensor{};
+            be.run(make_op(rp, {rec, s.positions, ff}, {rec}));
+            k16 = scratch_f16(2, {n, nkv * d});
+            be.run(make_op(copy_params{n * nkv * d}, {rec}, {k16}));
+            qa = q, heads = D.heads_full;
+            p.k_total = nkv * d, p.max_width = std::max(L.max_width, d);
+        } else {
+            qa = scratch_f32(1, {n, g * L.k_total});
+            be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
+                           {q, D.bases, D.q_table}, {qa}));
+            k16 = scratch_f16(2, {n, L.k_total});
+            be.run(make_op(copy_params{n * L.k_total}, {kc}, {k16}));
+            heads = D.heads;
+            p.k_total = L.k_total, p.max_width = L.max_width;
+        }
+        const tensor v16 = scratch_f16(3, {n, L.v_total});
+        be.run(make_op(copy_params{n * L.v_total}, {v}, {v16}));
+        be.run(make_op(p, {qa, k16, v16, s.seq_indptr, heads}, {out}));
+    }
+
+    void decode(backend & be, int64_t layer, const lowrank_layer & L, const lowrank_device_layer & D,
+                const kv_step & s, const tensor & q, const tensor & kp, const tensor & vp, const tensor & out,
+                float scale, int64_t g) {
+        if (layer == 0) build_schedules(be, s);
+        const step_schedule & sc = sched_[size_t(layer)];
+        const tensor schedule = make_tensor(sched_buf_.get(), dtype::i32,
+                                            {std::max<int64_t>(sc.n_tasks, 1) * 4}, sc.schedule_at * 4);
+        const tensor merge = make_tensor(sched_buf_.get(), dtype::i32,
+                                         {s.batch * shape_.n_kv_heads + 1 + sc.n_tasks}, sc.merge_at * 4);
+        if (palu_) {
+            attn_decode_palu_params p;
+            p.kv = layout(L), p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
+            p.rot_dim = shape_.head_dim, p.nnz_pages = s.nnz_pages, p.max_seq_len = s.max_seq_len;
+            p.n_tasks = sc.n_tasks, p.style = rope_style::neox, p.scale = scale;
+            be.run(make_op(p,
+                           {q, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge, D.aux},
+                           {out}));
+            return;
+        }
+        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, d = shape_.head_dim;
+        const tensor qa = scratch_f32(1, {n, g * L.k_total});
+        be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
+                       {q, D.bases, D.q_table}, {qa}));
+        attn_decode_ragged_params p;
+        p.kv = layout(L), p.batch = s.batch, p.n_q_heads = nq, p.nnz_pages = s.nnz_pages;
+        p.max_seq_len = s.max_seq_len, p.n_tasks = sc.n_tasks, p.scale = scale;
+        be.run(
+            make_op(p, {qa, kp, vp, s.indptr, s.indices, s.last_page_len, D.heads, schedule, merge}, {out}));
+    }
+
+    // Every layer's decode schedule for this step, in one upload (one transfer per layer would make
+    // the stream wait 32 times per step on an 8B model). Layers with the same widths share one.
+    void build_schedules(backend & be, const kv_step & s) {
+        std::vector<int64_t> lens(static_cast<size_t>(s.batch), 0);
+        for (size_t t = 0; t < s.host_positions.size(); ++t) {
+            const size_t b = size_t(s.host_batch_idx[t]);
+            lens[b] = std::max<int64_t>(lens[b], int64_t(s.host_positions[t]) + 1);
+        }
+        hl::decode_schedule_options opt;
+        opt.policy = c_.balanced_schedule ? hl::decode_policy::balanced : hl::decode_policy::plain;
+        opt.n_workers = n_workers_;
+        std::vector<int32_t> host;
+        sched_.assign(plan_.layers.size(), {});
+        for (size_t l = 0; l < plan_.layers.size(); ++l) {
+            const lowrank_layer & L = plan_.layers[l];
+            size_t same = l;
+            for (size_t e = 0; e < l && same == l; ++e)
+                if (plan_.layers[e].k == L.k && plan_.layers[e].v == L.v) same = e;
+            if (same != l) {
+                sched_[l] = sched_[same];
+                continue;
+            }
+            const hl::decode_schedule ds = hl::build_decode_schedule(lens, L.k, L.v, opt);
+            step_schedule & sc = sched_[l];
+            sc.n_tasks = ds.n_tasks;
+            sc.schedule_at = host.size();
+            host.insert(host.end(), ds.schedule.begin(), ds.schedule.end());
+            if (ds.schedule.empty()) host.insert(host.end(), 4, 0);  // a valid view for a step without tasks
+            sc.merge_at = host.size();
+            host.insert(host.end(), ds.merge.begin(), ds.merge.end());
+        }
+        if (!sched_buf_ || sched_buf_->size() < host.size() * 4) sched_buf_ = be.alloc(host.size() * 4 * 2);
+        be.upload(*sched_buf_, 0, host.data(), host.size() * 4);
+    }
+
+    struct step_schedule {
+        int64_t n_tasks = 0;
+        size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
+    };
+
+    lowrank_method_config c_;
+    bool palu_;
+    lowrank_plan plan_;
+    lowrank_device dev_;
+    std::vector<folded_layer> folded_;
+    std::vector<layer_projection> proj_;
+    uint64_t weight_bytes_ = 0;
+    float rope_theta_ = 10000.0f;
+    buffer * freq_factors_ = nullptr;
+    int n_workers_ = 1;
+
+    kv_shape shape_;
+    std::vector<buffer_ptr> k_, v_;
+    uint64_t bytes_ = 0;
+    int64_t dims_per_token_ = 0;  // sum over layers of k_total + v_total
+
+    buffer_ptr scratch_;
+    int64_t scratch_tokens_ = 0;
+    int64_t region_[4] = {0, 0, 0, 0};
+    std::vector<step_schedule> sched_;
+    buffer_ptr sched_buf_;
+};
+
+}  // namespace
+
+std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg) {
+    return std::make_unique<lowrank_method>(cfg);
+}
+
+}  // namespace kvcomp::engine

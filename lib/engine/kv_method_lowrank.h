@@ -1,0 +1,40 @@
+// The low-rank KV methods "zack", "fdc" and "palu" (digest research/zack_fdc.md §1.4-1.6, §5):
+// every KV head c of every layer keeps k_c K dims and v_c V dims, from a calibration file made by
+// `kvcomp calibrate --method M` (the full bases; ranks as in the file or re-chosen at load).
+//
+// Load (prepare): the V basis is folded into W_V, b_V and W_O on the device (lowrank_device.h), so
+// v arrives compressed and the attention output (g * sum_c v_c values per token) goes straight
+// into the smaller o_proj; the model's v_proj / o_proj are freed.
+// Per layer and step (attend):
+//   zack, fdc: q and k arrive post-RoPE; q' = q R_k^c(h) and k' = k R_k^c (head_project), k' and v'
+//     appended to ragged pages (kv_append_ragged); prefill: attn_prefill_ragged on the prompt's
+//     k'/v' (fp16, as cached); decode: attn_decode_ragged with a task schedule built on the host for
+//     every layer once per step (at layer 0) and uploaded in one transfer.
+//   palu: k arrives pre-RoPE; the cached latent is k R_k^c; prefill reconstructs latent R_k^cT,
+//     applies RoPE and attends at the full head_dim; decode is attn_decode_palu (reconstruction and
+//     RoPE of every cached key inside the kernel; aux = R_k^T per head + the rope frequencies).
+// Logits use 1/sqrt(original head_dim) (the engine's scale).
+//
+// Storage per layer: k_pages f16 [n_pages, page_size * k_total], v_pages [n_pages, page_size *
+// v_total], on the engine's page table. bytes_for_tokens(t) = pages(t) * page_size * sum over
+// layers and KV heads of (k_c + v_c) * 2 bytes, exactly what those pages take.
+#pragma once
+
+#include <memory>
+
+#include "engine/kv_method.h"
+#include "engine/lowrank_layout.h"
+
+namespace kvcomp::engine {
+
+struct lowrank_method_config {
+    lowrank_choice choice;
+    bool balanced_schedule =
+        true;  // decode tasks balanced over the compute units (else one per (request, head))
+    bool prefill_balance =
+        true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
+};
+
+std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);
+
+}  // namespace kvcomp::engine

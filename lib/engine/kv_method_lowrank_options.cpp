@@ -1,0 +1,63 @@
+// Options of the low-rank KV methods ("--method-opt key=value"), the same for zack, fdc and palu:
+//   calib=FILE           (required) a calibration file of this method for this model (kvcomp calibrate)
+//   removal_rate=r       re-choose the ranks from the file's singular values at r in [0, 1)
+//   compression=p        ... or at the smallest r whose overall KV compression is >= p, p in (0, 1)
+//                        (neither: the file's ranks)
+//   rank_multiple=16     rounding of re-chosen ranks (only with removal_rate or compression)
+//   schedule=balanced|plain   decode task schedule (balanced: over the compute units; plain: one
+//                        task per (request, KV head) in order); results agree up to rounding
+//   prefill_balance=1|0  per-head prefill row blocks scaled by d_sum (ZACK/FDC §5.3)
+#include "engine/kv_method_lowrank.h"
+#include "engine/method_option_reader.h"
+
+namespace kvcomp::engine {
+
+namespace {
+
+namespace hl = host::lowrank;
+
+std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) {
+    const std::string name = hl::lowrank_method_name(m);
+    option_reader r(name, o);
+    lowrank_method_config c;
+    c.choice.method = m;
+    c.choice.calib_path = r.text("calib", "");
+    if (r.has("removal_rate")) c.choice.removal_rate = r.real("removal_rate", 0.0, 0.0, 1.0);
+    if (r.has("compression")) c.choice.compression = r.real("compression", 0.0, 0.0, 1.0);
+    const bool multiple_given = r.has("rank_multiple");
+    c.choice.rank_multiple = r.integer("rank_multiple", 16, 1, max_ragged_width);
+    c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
+    c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
+    r.finish();
+    KVCOMP_CHECK_ARG(!c.choice.calib_path.empty(), "method ", name,
+                     ": option calib=FILE is required (a calibration file from kvcomp calibrate --method ",
+                     name, ")");
+    KVCOMP_CHECK_ARG(!(c.choice.removal_rate && c.choice.compression), "method ", name,
+                     ": give at most one of removal_rate and compression");
+    // The open ends of the ranges (r = 1 keeps one dim everywhere, p = 0 removes nothing) are
+    // rejected: neither is an operating point, and p = 0 is what the file's r = 0 ranks already give.
+    if (c.choice.removal_rate)
+        KVCOMP_CHECK_ARG(*c.choice.removal_rate < 1.0, "method ", name,
+                         ": option removal_rate=", *c.choice.removal_rate, " must be in [0, 1)");
+    if (c.choice.compression)
+        KVCOMP_CHECK_ARG(*c.choice.compression > 0.0 && *c.choice.compression < 1.0, "method ", name,
+                         ": option compression=", *c.choice.compression, " must be in (0, 1)");
+    KVCOMP_CHECK_ARG(
+        !multiple_given || c.choice.removal_rate || c.choice.compression, "method ", name,
+        ": rank_multiple only applies when ranks are re-chosen (with removal_rate or compression)");
+    return make_lowrank_method(c);
+}
+
+}  // namespace
+
+std::unique_ptr<kv_method> make_kv_method_zack(const method_options & o) {
+    return make(hl::lowrank_method::zack, o);
+}
+std::unique_ptr<kv_method> make_kv_method_fdc(const method_options & o) {
+    return make(hl::lowrank_method::fdc, o);
+}
+std::unique_ptr<kv_method> make_kv_method_palu(const method_options & o) {
+    return make(hl::lowrank_method::palu, o);
+}
+
+}  // namespace kvcomp::engine

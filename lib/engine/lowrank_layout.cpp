@@ -1,0 +1,149 @@
+#include "engine/lowrank_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/op.h"
+#include "host/lowrank/decode_schedule.h"
+#include "host/lowrank/model_fingerprint.h"
+#include "host/lowrank/rate_search.h"
+
+namespace kvcomp::engine {
+
+namespace hl = host::lowrank;
+
+std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
+                                bool random_weights) {
+    if (!random_weights) return hl::model_hash_of_dir(model_dir);
+    // Random weights have no checkpoint to list: hash the tensors a checkpoint of this config.json
+    // holds, which is what a calibration made from such a checkpoint records.
+    const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) KVCOMP_THROW(status::io_error, path, ": cannot open (needed for the model hash)");
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::vector<hl::tensor_shape> shapes;
+    for (const auto & t : host::expected_tensors(cfg)) shapes.push_back({t.name, t.shape});
+    return hl::model_hash(text.str(), shapes, path);
+}
+
+std::vector<float> rope_inv_freq(float theta, int64_t rot_dim, const std::vector<float> & freq_factors) {
+    std::vector<float> out(static_cast<size_t>(rot_dim / 2));
+    for (int64_t i = 0; i < rot_dim / 2; ++i) {
+        double f = std::pow(double(theta), -2.0 * double(i) / double(rot_dim));
+        if (!freq_factors.empty()) f /= double(freq_factors[size_t(i)]);
+        out[size_t(i)] = float(f);
+    }
+    return out;
+}
+
+namespace {
+
+const char * method_name(hl::lowrank_method m) {
+    return hl::lowrank_method_name(m);
+}
+
+hl::kv_ranks choose_ranks(const lowrank_choice & ch, const hl::calibration & c) {
+    const char * m = method_name(ch.method);
+    const int64_t d = c.ranks.head_dim;
+    if (!ch.removal_rate && !ch.compression) return c.ranks;
+    // rank_selection rejects it too; this names the option the user set.
+    KVCOMP_CHECK_ARG(ch.rank_multiple >= 1 && ch.rank_multiple <= d, "method ", m,
+                     ": rank_multiple=", ch.rank_multiple, " must be in [1, head_dim = ", d,
+                     "] (a rank cannot exceed head_dim)");
+    if (ch.removal_rate) return hl::ranks_for_removal_rate(c.spectra(), *ch.removal_rate, ch.rank_multiple);
+    return hl::removal_rate_for_compression(c.spectra(), *ch.compression, ch.rank_multiple).ranks;
+}
+
+// One head_project table row.
+void add_row(std::vector<int32_t> & t, int64_t in_off, int64_t in_w, int64_t basis_off, int64_t out_off,
+             int64_t out_w) {
+    for (int64_t x : {in_off, in_w, basis_off, out_off, out_w}) t.push_back(int32_t(x));
+}
+
+lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq,
+                         bool palu, const std::vector<float> & inv_freq) {
+    const int64_t nkv = r.num_kv_heads, d = r.head_dim, g = nq / nkv;
+    lowrank_layer L;
+    L.d = d;
+    for (int64_t c = 0; c < nkv; ++c) {
+        const size_t i = size_t(l * nkv + c);
+        L.k.push_back(r.k[i]), L.v.push_back(r.v[i]);
+        L.k_total += r.k[i], L.v_total += r.v[i];
+        L.max_width = std::max({L.max_width, r.k[i], r.v[i]});
+    }
+    L.heads = hl::ragged_heads_table(L.k, L.v, max_ragged_width);
+    L.heads_full = hl::ragged_heads_table(std::vector<int64_t>(L.k.size(), d), L.v, max_ragged_width);
+    L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total)), 0.0f);
+    if (palu) L.aux.assign(size_t(d * L.k_total), 0.0f);
+    for (int64_t c = 0; c < nkv; ++c) {
+        const size_t i = size_t(l * nkv + c);
+        const hl::head_basis & kb = cal.k[i];
+        const hl::head_basis & vb = cal.v[i];
+        const int64_t kc = L.k[size_t(c)], vc = L.v[size_t(c)], ko = L.k_off(c);
+        for (int64_t row = 0; row < d; ++row) {
+            for (int64_t j = 0; j < kc; ++j) {
+                const float x = float(kb.basis[size_t(row * kb.cols + j)]);
+                L.bases[size_t(d * ko + row * kc + j)] = x;         // R_k [d, k_c]
+                if (palu) L.aux[size_t(d * ko + j * d + row)] = x;  // R_k^T [k_c, d]
+            }
+            for (int64_t j = 0; j < vc; ++j) {
+                const float x = float(vb.basis[size_t(row * vb.cols + j)]);
+                L.bases[size_t(L.rv_at(c) + row * vc + j)] = x;  // R_v [d, v_c]
+                L.bases[size_t(L.rvt_at(c) + j * d + row)] = x;  // R_v^T [v_c, d]
+            }
+        }
+        add_row(L.k_table, c * d, d, d * ko, ko, kc);
+        add_row(L.bv_table, c * d, d, L.rv_at(c), L.v_off(c), vc);
+        if (palu) add_row(L.rec_table, ko, kc, d * ko, c * d, d);
+        for (int64_t h = c * g; h < (c + 1) * g; ++h) {
+            const int64_t in_group = h - c * g;
+            add_row(L.q_table, h * d, d, d * ko, g * ko + in_group * kc, kc);
+            add_row(L.o_table, h * d, d, L.rv_at(c), g * L.v_off(c) + in_group * vc, vc);
+        }
+    }
+    if (palu) L.aux.insert(L.aux.end(), inv_freq.begin(), inv_freq.end());
+    return L;
+}
+
+}  // namespace
+
+lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_config & cfg,
+                               const std::string & model_hash) {
+    const char * m = method_name(ch.method);
+    const int64_t d = cfg.head_dim, nkv = cfg.num_key_value_heads, nq = cfg.num_attention_heads;
+    KVCOMP_CHECK_ARG(d <= max_ragged_width, "method ", m, ": head_dim ", d,
+                     " is wider than the low-rank kernels take (", max_ragged_width, ")");
+    hl::calibration_expectation ex;
+    ex.method = ch.method, ex.model_hash = model_hash;
+    ex.num_layers = cfg.num_hidden_layers, ex.num_kv_heads = nkv, ex.head_dim = d;
+    lowrank_plan p;
+    p.calib = hl::read_calibration(ch.calib_path, ex);
+    p.ranks = choose_ranks(ch, p.calib);
+    p.n_q_heads = nq, p.n_kv_heads = nkv, p.head_dim = d;
+    for (size_t i = 0; i < p.ranks.k.size(); ++i) {
+        const int64_t rk = p.ranks.k[i], rv = p.ranks.v[i];
+        // Impossible for ranks from rank_selection or a validated file; checked because a wrong
+        // width here would index outside the bases.
+        KVCOMP_CHECK_ARG(rk >= 1 && rk <= d && rv >= 1 && rv <= d, "method ", m, ": ranks (", rk, ", ", rv,
+                         ") of layer ", int64_t(i) / nkv, " KV head ", int64_t(i) % nkv,
+                         " are outside [1, head_dim = ", d, "]");
+        KVCOMP_CHECK_ARG(rk <= p.calib.k[i].cols && rv <= p.calib.v[i].cols, "method ", m, ": ",
+                         ch.calib_path, " stores ", p.calib.k[i].cols, " K / ", p.calib.v[i].cols,
+                         " V basis columns for layer ", int64_t(i) / nkv, " KV head ", int64_t(i) % nkv,
+                         ", fewer than the ranks (", rk, ", ", rv,
+                         "); re-choose ranks only from a full (untruncated) file");
+    }
+    const bool palu = ch.method == hl::lowrank_method::palu;
+    const std::vector<float> inv_freq =
+        palu ? rope_inv_freq(float(cfg.rope.theta), d, cfg.rope.freq_factors) : std::vector<float>{};
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, inv_freq));
+    return p;
+}
+
+}  // namespace kvcomp::engine

@@ -1,0 +1,78 @@
+// Host-side plan of the low-rank KV methods (ZACK, FDC, Palu): the calibration file read for the
+// loaded model, the per-head ranks chosen from it, and for every layer the ragged-head tables and
+// the basis arrays the device ops take (core/op.h, "Low-rank KV"). Built once at load; no device work.
+//
+// Basis conventions (host/lowrank/calibration_file.h): a head's basis R is head_dim x head_dim,
+// row-major, column j the j-th direction; compressing a row x to rank r is x R[:, :r].
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host/lowrank/calibration_file.h"
+#include "host/model/model_config.h"
+
+namespace kvcomp::engine {
+
+// What the user chose (kv_method_lowrank_options.cpp).
+struct lowrank_choice {
+    host::lowrank::lowrank_method method = host::lowrank::lowrank_method::fdc;
+    std::string calib_path;
+    // At most one: re-choose the ranks from the file's singular values at this removal rate r in
+    // [0, 1), or at the smallest r reaching this overall compression p in (0, 1). Neither: the
+    // file's ranks.
+    std::optional<double> removal_rate, compression;
+    int64_t rank_multiple = 16;  // rounding of re-chosen ranks
+};
+
+// One layer: widths per KV head, the tables of the ops and the f32 arrays they read.
+struct lowrank_layer {
+    std::vector<int64_t> k, v;  // K (latent for Palu) and V width of each KV head
+    int64_t k_total = 0, v_total = 0, max_width = 0;
+    std::vector<int32_t> heads;  // [n_kv_heads, 4] (k_width, k_offset, v_width, v_offset)
+    // head_project tables [n_heads, 5] = (in_offset, in_width, basis_offset, out_offset, out_width):
+    std::vector<int32_t> q_table;   // zack/fdc: post-RoPE q [nq*d] -> q' [g*k_total] (bases: R_k)
+    std::vector<int32_t> k_table;   // k [nkv*d] -> k' (post-RoPE) or the latent (Palu, pre-RoPE) [k_total]
+    std::vector<int32_t> bv_table;  // b_V [nkv*d] -> b_V' [v_total] (bases: R_v)
+    std::vector<int32_t> o_table;   // rows of W_O [nq*d] -> rows of W_O' [g*v_total] (bases: R_v)
+    // Bases, f32: R_k^c [d, k_c] at d*k_offset[c]; R_v^c [d, v_c] at d*(k_total + v_offset[c]);
+    // R_v^cT [v_c, d] at d*(k_total + v_total + v_offset[c]) (the A of W_V' = R_v^T W_V^c).
+    std::vector<float> bases;
+    int64_t rv_at(int64_t c) const { return d * (k_total + v_off(c)); }
+    int64_t rvt_at(int64_t c) const { return d * (k_total + v_total + v_off(c)); }
+    int64_t v_off(int64_t c) const { return heads[size_t(c * 4 + 3)]; }
+    int64_t k_off(int64_t c) const { return heads[size_t(c * 4 + 1)]; }
+    // Palu only: aux of attn_decode_palu = R_k^cT [k_c, d] at d*k_offset[c], then inv_freq [d/2];
+    // rec_table: latent [k_total] -> reconstructed k [nkv*d] (bases: aux); heads_full: the heads
+    // table with every K width d (prefill attention on the reconstructed keys).
+    std::vector<float> aux;
+    std::vector<int32_t> rec_table, heads_full;
+    int64_t d = 0;
+};
+
+struct lowrank_plan {
+    host::lowrank::calibration calib;
+    host::lowrank::kv_ranks ranks;
+    std::vector<lowrank_layer> layers;
+    int64_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
+};
+
+// The model hash a calibration file must carry: of the checkpoint in model_dir, or, for random
+// weights (only config.json there), of config.json and the tensors a checkpoint of it would hold.
+std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
+                                bool random_weights);
+
+// Reads the calibration (checked against the method, the model's shape and model_hash: a file
+// made for another model or method is invalid_argument naming the file), chooses the ranks and
+// builds every layer. Throws invalid_argument for a rank_multiple outside [1, head_dim], a head
+// wider than max_ragged_width, or a rank above the columns a truncated file stores.
+lowrank_plan make_lowrank_plan(const lowrank_choice & choice, const host::model_config & cfg,
+                               const std::string & model_hash);
+
+// Per-pair RoPE frequencies exactly as the rope op computes them (lib/cpu/rope.cpp): theta taken as
+// float (rope_params::theta), theta^(-2i/rot_dim) in double, divided by freq_factors[i] when given.
+std::vector<float> rope_inv_freq(float theta, int64_t rot_dim, const std::vector<float> & freq_factors);
+
+}  // namespace kvcomp::engine

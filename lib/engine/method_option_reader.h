@@ -1,0 +1,35 @@
+// Reading a KV method's options ("--method-opt key=value"): each key once, typed, range-checked,
+// and unknown keys rejected, every message naming the method and the option.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "engine/kv_method.h"
+
+namespace kvcomp::engine {
+
+class option_reader {
+  public:
+    option_reader(std::string method, const method_options & o) : method_(std::move(method)), opts_(o) {}
+
+    bool has(const std::string & key) const { return opts_.count(key) > 0; }
+    // An integer in [lo, hi], or def when the key is absent.
+    int64_t integer(const std::string & key, int64_t def, int64_t lo, int64_t hi);
+    // A number in [lo, hi], or def when the key is absent.
+    double real(const std::string & key, double def, double lo, double hi);
+    // One of `allowed`, or def when the key is absent.
+    std::string word(const std::string & key, const std::string & def, const std::set<std::string> & allowed);
+    // Any non-empty text, or def when the key is absent.
+    std::string text(const std::string & key, const std::string & def);
+    // Throws invalid_argument for a key none of the calls above read, listing the method's options.
+    void finish() const;
+
+  private:
+    std::string method_;
+    const method_options & opts_;
+    std::set<std::string> seen_;
+};
+
+}  // namespace kvcomp::engine

@@ -1,0 +1,431 @@
+// The low-rank KV methods zack / fdc / palu (lib/engine/kv_method_lowrank*) on the tiny random Llama
+// of tests/support, each on the CPU reference and on every other backend that runs the low-rank ops
+// (skipped with a message where one does not):
+//   (a) full rank (calibration at r = 0, every rank = head_dim): the bases are orthogonal, so the
+//       prefill logits and the decode path's log-probabilities equal method "none"'s up to rounding
+//       (digest zack_fdc.md §9.3, §9.17);
+//   (b) the logits' error against "none" shrinks as the ranks grow (compression option, §9.10);
+//   (c) bytes: allocated and per-token bytes are the formula pages x page_size x sum (k + v) x 2,
+//       and the per-token ratio to "none" is the ranks' kept fraction;
+//   (d) a greedy generation gives the same tokens with the balanced and the plain decode schedule;
+//   (e) errors: a calibration for another model or method names the file; bad or missing options,
+//       and a rank_multiple above head_dim, name the option.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include "engine/calibrate.h"
+#include "engine/engine.h"
+#include "host/lowrank/calibration_file.h"
+#include "host/lowrank/rate_search.h"
+#include "support/backends.h"
+#include "support/expect_error.h"
+#include "support/tiny_model.h"
+
+using namespace kvcomp;
+namespace hl = host::lowrank;
+
+namespace {
+
+const test::tiny_model_spec & spec() {
+    static const test::tiny_model_spec s;
+    return s;
+}
+
+const std::string & tiny_dir() {
+    static const std::string dir = test::write_tiny_model(spec(), "kv_lowrank");
+    return dir;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> d(0, int32_t(spec().vocab) - 1);
+    std::vector<int32_t> t(n);
+    for (auto & x : t) x = d(rng);
+    return t;
+}
+
+// A full calibration file (r = 0: every rank head_dim on this model) of `method` for `dir`, made
+// once per (method, dir) by the calibration flow of kvcomp calibrate.
+std::string calib_file(const std::string & method, const std::string & dir = tiny_dir()) {
+    static std::map<std::string, std::string> made;
+    const std::string key = method + "|" + dir;
+    auto it = made.find(key);
+    if (it != made.end()) return it->second;
+    engine::calibrate_config cfg;
+    cfg.model_dir = dir, cfg.backend = "cpu", cfg.f32_weights = true;
+    EXPECT_TRUE(hl::lowrank_method_from_name(method, cfg.method));
+    cfg.prompts = {random_tokens(96, 11), random_tokens(80, 12)};
+    cfg.removal_rate = 0.0;
+    const auto res = engine::run_calibration(cfg);
+    const std::string file =
+        (std::filesystem::temp_directory_path() /
+         ("kvcomp_lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors"))
+            .string();
+    hl::write_calibration(file, res.calib);
+    made[key] = file;
+    return file;
+}
+
+engine::engine_config config(const std::string & backend, const std::string & method,
+                             engine::method_options o = {}) {
+    auto c = test::tiny_engine_config(tiny_dir(), backend);
+    c.method = method;
+    if (method != "none" && !o.count("calib")) o["calib"] = calib_file(method);
+    c.method_opts = o;
+    return c;
+}
+
+// Whether `backend` runs the low-rank ops: the CPU reference must; another backend answers
+// "unsupported" until its kernels land (the test then skips with that message).
+bool runs_lowrank(const std::string & backend, const std::string & method, std::string & why) {
+    try {
+        engine::engine e(config(backend, method));
+        e.prompt_logits({1, 2, 3});
+        {  // and one decode step
+            engine::generation_request r;
+            r.prompt = {1, 2, 3};
+            r.max_new_tokens = 2;
+            r.stop_at_eos = false;
+            const int64_t id = e.submit(r);
+            e.run();
+            if (e.result(id).finish_reason == "error") {
+                why = e.result(id).error;
+                return backend == "cpu";  // on the CPU an error is a failure the tests will show
+            }
+        }
+        return true;
+    } catch (const error & err) {
+        if (err.code() != status::unsupported || backend == "cpu") throw;
+        why = err.what();
+        return false;
+    }
+}
+
+// Log-probabilities of `forced` after `prompt`, through the method's decode path.
+std::vector<double> forced_logprobs(engine::engine & e, const std::vector<int32_t> & prompt,
+                                    const std::vector<int32_t> & forced) {
+    engine::generation_request r;
+    r.prompt = prompt;
+    r.forced_tokens = forced;
+    const int64_t id = e.submit(r);
+    e.run();
+    const auto & res = e.result(id);
+    if (res.finish_reason == "error") throw std::runtime_error("forced run failed: " + res.error);
+    return res.token_logprobs;
+}
+
+using param = std::tuple<std::string, std::string>;  // backend, method
+
+class lowrank : public ::testing::TestWithParam<param> {
+  protected:
+    void SetUp() override {
+        backend_ = std::get<0>(GetParam());
+        method_ = std::get<1>(GetParam());
+        std::string why;
+        if (!runs_lowrank(backend_, method_, why))
+            GTEST_SKIP() << backend_ << " does not run " << method_ << ": " << why;
+    }
+    std::string backend_, method_;
+};
+
+TEST_P(lowrank, full_rank_equals_none) {
+    const std::string file = calib_file(method_);
+    const hl::calibration c = hl::read_calibration(file);
+    for (size_t i = 0; i < c.ranks.k.size(); ++i) {  // otherwise this would not be the full-rank case
+        ASSERT_EQ(c.ranks.k[i], spec().head_dim);
+        ASSERT_EQ(c.ranks.v[i], spec().head_dim);
+    }
+    engine::engine none(config(backend_, "none")), lr(config(backend_, method_));
+    const auto prompt = random_tokens(40, 5);
+    const auto want = none.prompt_logits(prompt), got = lr.prompt_logits(prompt);
+    // Both cache fp16, of K and V in different bases: the roundings differ, nothing else does
+    // (measured on the CPU: NMSE 3e-8 to 5e-8, log-probabilities within 4e-4).
+    EXPECT_LT(test::nmse(got, want), 1e-6) << method_;
+    const auto forced = random_tokens(12, 6);
+    const auto lw = forced_logprobs(none, prompt, forced), lg = forced_logprobs(lr, prompt, forced);
+    ASSERT_EQ(lg.size(), lw.size());
+    for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 2e-3) << method_ << " decode step " << i;
+}
+
+TEST_P(lowrank, error_shrinks_as_ranks_grow) {
+    engine::engine none(config(backend_, "none"));
+    const auto prompt = random_tokens(48, 8);
+    const auto want = none.prompt_logits(prompt);
+    std::vector<double> errs;
+    for (double p : {0.7, 0.5, 0.3, 0.1}) {
+        engine::engine e(
+            config(backend_, method_, {{"compression", std::to_string(p)}, {"rank_multiple", "4"}}));
+        errs.push_back(test::nmse(e.prompt_logits(prompt), want));
+    }
+    engine::engine full(config(backend_, method_));
+    const double full_err = test::nmse(full.prompt_logits(prompt), want);
+    for (size_t i = 0; i + 1 < errs.size(); ++i) EXPECT_GT(errs[i], errs[i + 1]) << "compression step " << i;
+    EXPECT_GT(errs.back(), full_err);
+    EXPECT_GT(errs.front(), 1e-4) << "a 70 % compression should be visible in the logits";
+}
+
+TEST_P(lowrank, kv_bytes_are_the_formula) {
+    const double p = 0.45;
+    const int64_t multiple = 8;
+    auto cfg = config(backend_, method_,
+                      {{"compression", std::to_string(p)}, {"rank_multiple", std::to_string(multiple)}});
+    cfg.kv_pages = 24;
+    engine::engine e(cfg);
+    auto none_cfg = config(backend_, "none");
+    none_cfg.kv_pages = 24;
+    engine::engine none(none_cfg);
+    // The ranks the method must have chosen, from the file's singular values.
+    const hl::calibration c = hl::read_calibration(calib_file(method_));
+    const hl::kv_ranks r = hl::removal_rate_for_compression(c.spectra(), p, multiple).ranks;
+    ASSERT_GE(r.compression(), p);
+    const uint64_t dims = uint64_t(r.kept_dims());  // sum over layers and KV heads of k + v
+    EXPECT_EQ(e.stats().kv_bytes_allocated, 24u * 16u * dims * 2u);
+    for (int64_t t : {1, 16, 17, 100}) {
+        const uint64_t pages = uint64_t((t + 15) / 16);
+        EXPECT_EQ(e.kv_bytes_for_tokens(t), pages * 16u * dims * 2u) << t << " tokens";
+        EXPECT_DOUBLE_EQ(double(e.kv_bytes_for_tokens(t)) / double(none.kv_bytes_for_tokens(t)),
+                         r.kept_fraction());
+    }
+}
+
+TEST_P(lowrank, balanced_and_plain_schedules_agree) {
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(300, 21), random_tokens(37, 22),
+                                                       random_tokens(180, 23)};
+    std::vector<std::vector<std::vector<int32_t>>> out;
+    for (const char * s : {"balanced", "plain"}) {
+        auto cfg = config(backend_, method_, {{"schedule", s}, {"compression", "0.5"}});
+        cfg.max_context = 400;
+        engine::engine e(cfg);
+        out.push_back(test::generate_greedy(e, prompts, 10));
+    }
+    EXPECT_EQ(out[0], out[1]);
+}
+
+std::string param_name(const ::testing::TestParamInfo<param> & info) {
+    std::string b = std::get<0>(info.param);
+    std::replace(b.begin(), b.end(), ':', '_');
+    return b + "_" + std::get<1>(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
+                         ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
+                                            ::testing::Values("zack", "fdc", "palu")),
+                         param_name);
+
+// --- reduced, uneven ranks against an independent construction -----------------------------------------
+//
+// Attention on q R_k and k R_k equals attention on q and k R_k R_k^T, and folding R_v into W_V / W_O
+// equals replacing v by v R_v R_v^T: so zack / fdc at any ranks are the uncompressed cache fed with
+// post-RoPE k and v projected on the host, and palu is that with k projected before RoPE. The
+// projection below runs on downloaded k / v in double and hands them to method "none"; nothing of
+// the low-rank ops or of their tables is used, so a wrong offset for uneven head widths shows here
+// (at full rank every width is head_dim and any packing looks the same).
+class projected_none : public engine::kv_method {
+  public:
+    // proj_k / proj_v: [layer * n_kv_heads + c] the d x d projector R R^T of that head (row-major).
+    projected_none(std::vector<std::vector<double>> pk, std::vector<std::vector<double>> pv, bool k_pre_rope,
+                   float theta)
+        : pk_(std::move(pk)), pv_(std::move(pv)), inner_(engine::create_kv_method("none", {})) {
+        proj_.k_pre_rope = k_pre_rope;
+        theta_ = theta;
+    }
+    std::string name() const override { return "projected_none"; }
+    const engine::layer_projection * projection(int64_t) const override { return &proj_; }
+    void allocate(backend & be, const engine::kv_shape & shape) override {
+        shape_ = shape;
+        inner_->allocate(be, shape);
+    }
+    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
+    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
+    void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
+                const tensor & v, const tensor & out, float scale) override {
+        const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const size_t bytes = size_t(n * nkv * d) * 4;
+        if (!buf_ || buf_->size() < 2 * bytes) buf_ = be.alloc(2 * bytes);
+        const tensor kt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d});
+        const tensor vt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d}, bytes);
+        project(be, k, kt, pk_, layer);
+        project(be, v, vt, pv_, layer);
+        if (proj_.k_pre_rope) {
+            rope_params rp;
+            rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = theta_;
+            be.run(make_op(rp, {kt, s.positions, tensor{}}, {kt}));
+        }
+        inner_->attend(be, layer, s, q, kt, vt, out, scale);
+    }
+
+  private:
+    void project(backend & be, const tensor & x, const tensor & y, const std::vector<std::vector<double>> & p,
+                 int64_t layer) {
+        const int64_t nkv = shape_.n_kv_heads, d = shape_.head_dim, rows = x.numel() / d;
+        std::vector<float> in(static_cast<size_t>(x.numel())), res(in.size());
+        be.download(*x.buf, x.offset, in.data(), in.size() * 4);
+        for (int64_t r = 0; r < rows; ++r) {
+            const auto & P = p[size_t(layer * nkv + r % nkv)];
+            for (int64_t i = 0; i < d; ++i) {
+                double acc = 0;
+                for (int64_t j = 0; j < d; ++j) acc += P[size_t(i * d + j)] * double(in[size_t(r * d + j)]);
+                res[size_t(r * d + i)] = float(acc);
+            }
+        }
+        be.upload(*y.buf, y.offset, res.data(), res.size() * 4);
+    }
+
+    std::vector<std::vector<double>> pk_, pv_;
+    std::unique_ptr<engine::kv_method> inner_;
+    engine::layer_projection proj_;
+    float theta_ = 10000.0f;
+    engine::kv_shape shape_;
+    buffer_ptr buf_;
+};
+
+// R[:, :rank] R[:, :rank]^T of one head.
+std::vector<double> projector(const hl::head_basis & b, int64_t rank) {
+    const int64_t d = int64_t(b.sigma.size());
+    std::vector<double> p(static_cast<size_t>(d * d), 0.0);
+    for (int64_t i = 0; i < d; ++i)
+        for (int64_t j = 0; j < d; ++j)
+            for (int64_t c = 0; c < rank; ++c)
+                p[size_t(i * d + j)] += b.basis[size_t(i * b.cols + c)] * b.basis[size_t(j * b.cols + c)];
+    return p;
+}
+
+class lowrank_reduced : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
+    const std::string be = GetParam();
+    std::string why;
+    if (!runs_lowrank(be, "palu", why) || !runs_lowrank(be, "zack", why))
+        GTEST_SKIP() << be << " does not run the low-rank ops: " << why;
+    const auto prompt = random_tokens(40, 31);
+    const auto forced = random_tokens(6, 32);
+    for (const char * m : {"zack", "fdc", "palu"}) {
+        // The file's bases with ranks set by hand (the method serves a file's ranks as they are):
+        // uneven and odd widths per head and side, different in each layer.
+        hl::calibration c = hl::read_calibration(calib_file(m));
+        const std::vector<int64_t> ks = {16, 41, 7, 64}, vs = {33, 8, 64, 20};
+        for (size_t i = 0; i < c.ranks.k.size(); ++i) c.ranks.k[i] = ks[i % 4], c.ranks.v[i] = vs[i % 4];
+        const std::string file = calib_file(m) + ".uneven.safetensors";
+        hl::write_calibration(file, c);
+        const hl::kv_ranks & r = c.ranks;
+        std::vector<std::vector<double>> pk, pv;
+        for (size_t i = 0; i < r.k.size(); ++i) {
+            pk.push_back(projector(c.k[i], r.k[i]));
+            pv.push_back(projector(c.v[i], r.v[i]));
+        }
+        const bool palu = std::string(m) == "palu";
+        auto ref_cfg = test::tiny_engine_config(tiny_dir(), be);
+        ref_cfg.method = "projected_none";
+        ref_cfg.method_factory = [=] {
+            return std::make_unique<projected_none>(pk, pv, palu, float(spec().rope_theta));
+        };
+        engine::engine ref(ref_cfg), lr(config(be, m, {{"calib", file}}));
+        const auto want = ref.prompt_logits(prompt);
+        EXPECT_LT(test::nmse(lr.prompt_logits(prompt), want), 1e-6) << m;
+        const auto lw = forced_logprobs(ref, prompt, forced), lg = forced_logprobs(lr, prompt, forced);
+        ASSERT_EQ(lg.size(), lw.size());
+        for (size_t i = 0; i < lw.size(); ++i) EXPECT_NEAR(lg[i], lw[i], 2e-3) << m << " decode step " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank_reduced, ::testing::ValuesIn(test::backends_to_test()),
+                         test::backend_param_name());
+
+// --- folding paths (CPU): fp16 weights (gemm f32 x f16, W_O through f32) and a V bias (Qwen2) ----------
+
+TEST(lowrank_folding, full_rank_with_f16_weights_and_with_a_v_bias) {
+    test::tiny_model_spec qwen = spec();
+    qwen.qwen2 = true;
+    const std::string qwen_dir = test::write_tiny_model(qwen, "kv_lowrank_qwen2");
+    const auto prompt = random_tokens(40, 9);
+    for (const char * m : {"zack", "fdc", "palu"}) {
+        // f16 weights: both runs round the same products to f16 except W_V' / W_O', folded in f32
+        // and rounded once (measured NMSE 3e-7 against none's f16 run).
+        auto none16 = config("cpu", "none"), lr16 = config("cpu", m);
+        none16.matrix_type = lr16.matrix_type = dtype::f16;
+        engine::engine n16(none16), l16(lr16);
+        EXPECT_LT(test::nmse(l16.prompt_logits(prompt), n16.prompt_logits(prompt)), 1e-5) << m << " f16";
+        // b_V' = R_v^T b_V (dropping it gives NMSE 2.5e-2 here).
+        auto none_q = test::tiny_engine_config(qwen_dir, "cpu"), lr_q = none_q;
+        lr_q.method = m;
+        lr_q.method_opts = {{"calib", calib_file(m, qwen_dir)}};
+        engine::engine nq(none_q), lq(lr_q);
+        EXPECT_LT(test::nmse(lq.prompt_logits(prompt), nq.prompt_logits(prompt)), 1e-6) << m << " qwen2";
+    }
+}
+
+// Benchmarks run random weights from config.json alone: the model hash is then that of the tensors a
+// checkpoint of the config holds, so the checkpoint's own calibration file is accepted.
+TEST(lowrank_folding, random_weights_accept_the_checkpoints_calibration) {
+    namespace fs = std::filesystem;
+    const fs::path bare = fs::temp_directory_path() / "kvcomp_lowrank_config_only";
+    fs::create_directories(bare);
+    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json",
+                  fs::copy_options::overwrite_existing);
+    auto cfg = config("cpu", "fdc");  // the calibration of the checkpoint in tiny_dir()
+    cfg.model_dir = bare.string();
+    cfg.random_weights = true;
+    engine::engine e(cfg);
+    EXPECT_EQ(e.prompt_logits(random_tokens(8, 3)).size(), size_t(8 * spec().vocab));
+}
+
+// --- errors (CPU) -----------------------------------------------------------------------------------
+
+TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
+    test::tiny_model_spec other = spec();
+    other.intermediate = 160;  // same layers / heads / head_dim: only the fingerprint tells them apart
+    const std::string other_dir = test::write_tiny_model(other, "kv_lowrank_other");
+    const std::string foreign = calib_file("fdc", other_dir);
+    test::expect_error(
+        [&] {
+            engine::engine e(config("cpu", "fdc", {{"calib", foreign}}));
+        },
+        status::invalid_argument, {foreign});
+    const std::string zack_file = calib_file("zack");
+    test::expect_error(
+        [&] {
+            engine::engine e(config("cpu", "fdc", {{"calib", zack_file}}));
+        },
+        status::invalid_argument, {zack_file, "zack"});
+}
+
+TEST(lowrank_errors, bad_options_name_the_option) {
+    const std::string f = calib_file("fdc");
+    auto make = [&](engine::method_options o) { return [o] { engine::engine e(config("cpu", "fdc", o)); }; };
+    for (const char * r : {"1", "1.5", "-0.1", "x"})
+        test::expect_error(make({{"calib", f}, {"removal_rate", r}}), status::invalid_argument,
+                           {"removal_rate"});
+    for (const char * p : {"0", "1", "2"})
+        test::expect_error(make({{"calib", f}, {"compression", p}}), status::invalid_argument,
+                           {"compression"});
+    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"removal_rate", "0.1"}}),
+                       status::invalid_argument, {"at most one"});
+    test::expect_error(make({{"calib", f}, {"rank_multiple", "8"}}), status::invalid_argument,
+                       {"rank_multiple"});
+    test::expect_error(make({{"calib", f}, {"schedule", "lpt"}}), status::invalid_argument, {"schedule"});
+    test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});
+    test::expect_error(
+        [] {
+            engine::engine e(config("cpu", "fdc", {{"calib", ""}}));
+        },
+        status::invalid_argument, {"calib"});
+    test::expect_error(
+        [] {
+            auto c = test::tiny_engine_config(tiny_dir(), "cpu");
+            c.method = "zack";
+            engine::engine e(c);
+        },
+        status::invalid_argument, {"calib=FILE"});
+    // A rank cannot exceed head_dim (64 here): a multiple of 128 would force one.
+    test::expect_error(make({{"calib", f}, {"compression", "0.5"}, {"rank_multiple", "128"}}),
+                       status::invalid_argument, {"rank_multiple=128", "head_dim = 64"});
+}
+
+}  // namespace
