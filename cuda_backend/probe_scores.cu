@@ -2,19 +2,24 @@
 // (contract in core/op.h), deterministic and without any P x K intermediate.
 //
 // Rows: for KV head g the rows are r = p * group + j (probe p, query head g * group + j), so a
-// KV head's rows share its keys. Keys are visible to probe p when key_pos <= probe_pos[p].
+// KV head's rows share its keys. Key i is visible to probe p when both belong to the same request
+// (ragged form: probe_indptr / key_indptr; the single-request form is one request owning all)
+// and key_pos[i] <= probe_pos[p].
 // Kernels (128 threads = 4 warps; lane = key within a 32-key tile, warp = a subset of rows):
-//   probe_lse_kernel     (skipped when use_lse) one block per (KV head, tile of 16 rows): walks all
-//       key tiles; per tile the block stages 32 keys in shared memory (f32, row stride hd + 1 so
-//       lanes reading different keys hit different banks), each warp scores its 4 rows against
-//       them, each lane keeping an online (max, sum) per row over the keys it saw; a warp then
-//       combines its lanes' pairs with a fixed butterfly -> lse[p, h] (natural log; -inf when the
-//       probe sees no key).
-//   probe_scores_kernel  one block per (KV head, 32-key tile): walks all row tiles of the group,
-//       staging 16 query rows at a time; each thread accumulates exp(logit - lse) of its key over
-//       its warp's rows; the 4 warps' sums are added in a fixed order at the end.
-// Every sum has a fixed order, so results are identical run to run; no atomics. Work is
-// O(n_probes * n_q_heads * n_keys * head_dim) twice, memory O(n_probes * n_q_heads) (the lse).
+//   probe_lse_kernel     (skipped when use_lse) one block per (KV head, tile of 16 rows): walks the
+//       key tiles of its rows' requests only; a tile no (row, key) pair of the block sees is
+//       skipped (__syncthreads_or); otherwise the block stages 32 keys in shared memory (f32, row
+//       stride hd + 1 so lanes reading different keys hit different banks), each warp scores its 4
+//       rows against them, each lane keeping an online (max, sum) per row over the keys it saw; a
+//       warp then combines its lanes' pairs with a fixed butterfly -> lse[p, h] (natural log; -inf
+//       when the probe sees no key).
+//   probe_scores_kernel  one block per (KV head, 32-key tile): walks the row tiles of its keys'
+//       requests only, skipping a tile no pair sees, staging 16 query rows at a time; each thread
+//       accumulates exp(logit - lse) of its key over its warp's rows; the 4 warps' sums are added
+//       in a fixed order at the end.
+// Every sum has a fixed order, so results are identical run to run; no atomics. Skipped pairs
+// contribute nothing either way, so skipping does not change any sum. Work is at most
+// O(sum over requests of probes * keys * n_q_heads * head_dim) twice, memory O(n_probes * n_q_heads).
 // fp32 throughout (logits, expf, sums); the CPU oracle uses double (tolerance: NMSE 1e-6).
 #include <climits>
 
@@ -34,13 +39,49 @@ struct probe_args {
     const float * q;  // [n_probes, n_q_heads, hd]
     const int32_t * probe_pos;
     const int32_t * key_pos;
+    const int32_t * probe_indptr;  // [batch + 1], or null: one request owning everything
+    const int32_t * key_indptr;    // [batch + 1], or null
     const float * lse_in;  // [n_probes, n_q_heads]: src4, or the workspace filled by probe_lse_kernel
     float * lse_out;
     float * scores;  // [n_kv_heads, n_keys]
     int64_t n_keys, row_tokens;
-    int n_probes, n_q_heads, n_kv_heads, group, hd;
+    int n_probes, n_q_heads, n_kv_heads, group, hd, batch;
     float scale;
 };
+
+// The request owning element x of a ragged range: the last b with indptr[b] <= x (requests without
+// elements share their indptr value with the next one, so they are never chosen).
+__device__ __forceinline__ int owner(const int32_t * indptr, int batch, int64_t x) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (indptr[mid] <= x)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+// Keys [*k0, *k1) of probe p's request.
+__device__ __forceinline__ void probe_keys(const probe_args & a, int p, int64_t * k0, int64_t * k1) {
+    if (a.batch == 0) {
+        *k0 = 0, *k1 = a.n_keys;
+        return;
+    }
+    const int b = owner(a.probe_indptr, a.batch, p);
+    *k0 = a.key_indptr[b], *k1 = a.key_indptr[b + 1];
+}
+
+// Probes [*p0, *p1) of key i's request.
+__device__ __forceinline__ void key_probes(const probe_args & a, int64_t i, int * p0, int * p1) {
+    if (a.batch == 0) {
+        *p0 = 0, *p1 = a.n_probes;
+        return;
+    }
+    const int b = owner(a.key_indptr, a.batch, i);
+    *p0 = a.probe_indptr[b], *p1 = a.probe_indptr[b + 1];
+}
 
 // Stages keys [k0, k0 + 32) of KV head g as f32 rows of stride hd + 1 (zeros past n_keys).
 template <typename TK>
@@ -95,25 +136,38 @@ __global__ void __launch_bounds__(kThreads) probe_lse_kernel(const TK * __restri
 
     stage_rows(q_s, a, g, r0, n_rows);
     int ppos[kRowsPerWarp];
+    int64_t klo[kRowsPerWarp], khi[kRowsPerWarp];
     float m[kRowsPerWarp], l[kRowsPerWarp];
     const int warp_rows = min(kRowsPerWarp, max(n_rows - (r0 + warp * kRowsPerWarp), 0));
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp; ++j) {
         const int r = r0 + warp * kRowsPerWarp + j;
         ppos[j] = r < n_rows ? a.probe_pos[r / a.group] : 0;
+        klo[j] = khi[j] = 0;
+        if (r < n_rows) probe_keys(a, r / a.group, &klo[j], &khi[j]);
         m[j] = -INFINITY;
         l[j] = 0.0f;
     }
-    for (int64_t k0 = 0; k0 < a.n_keys; k0 += kKeyTile) {
-        __syncthreads();  // previous tile consumed (and q_s staged, first time)
+    // The block's keys: from its first row's request to its last row's (rows are in probe order,
+    // so the requests in between are the ones in between).
+    int64_t kbeg, kend, unused;
+    probe_keys(a, r0 / a.group, &kbeg, &unused);
+    probe_keys(a, (min(r0 + kRowTile, n_rows) - 1) / a.group, &unused, &kend);
+    for (int64_t k0 = kbeg; k0 < kend; k0 += kKeyTile) {
+        const int64_t i = k0 + lane;
+        const bool key_ok = i < kend;
+        const int kpos = key_ok ? a.key_pos[i] : 0;
+        unsigned vis = 0;  // bit j: row j of this warp sees key i
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j)
+            if (j < warp_rows && key_ok && i >= klo[j] && i < khi[j] && kpos <= ppos[j]) vis |= 1u << j;
+        // Also the barrier after the previous tile (and after q_s staging, first time).
+        if (!__syncthreads_or(vis != 0)) continue;  // no pair of the block sees this tile
         stage_keys(k_s, k, a, g, k0);
         __syncthreads();
-        const int64_t i = k0 + lane;
-        const bool key_ok = i < a.n_keys;
-        const int kpos = key_ok ? a.key_pos[i] : 0;
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) {
-            if (j >= warp_rows || !key_ok || kpos > ppos[j]) continue;  // past the end, or not visible
+            if (!((vis >> j) & 1u)) continue;  // masked: not computed
             const float s = logit(q_s, k_s, warp * kRowsPerWarp + j, lane, a.hd, a.scale);
             if (s > m[j]) {
                 l[j] = l[j] * expf(m[j] - s) + 1.0f;  // expf(-inf) = 0 on the first key
@@ -151,19 +205,32 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = k0 + lane;
     const bool key_ok = i < a.n_keys;
     const int kpos = key_ok ? a.key_pos[i] : 0;
+    int plo = 0, phi = 0;  // this key's probes
+    if (key_ok) key_probes(a, i, &plo, &phi);
+    // The block's rows: from its first key's request to its last key's (keys are in request order).
+    int pbeg, pend, unused;
+    key_probes(a, k0, &pbeg, &unused);
+    key_probes(a, (k0 + kKeyTile < a.n_keys ? k0 + kKeyTile : a.n_keys) - 1, &unused, &pend);
+    const int rbeg = pbeg * a.group, rend = pend * a.group;
 
     stage_keys(k_s, k, a, g, k0);
     float acc = 0.0f;
-    for (int r0 = 0; r0 < n_rows; r0 += kRowTile) {
-        __syncthreads();  // previous rows consumed (and k_s staged, first time)
+    for (int r0 = rbeg; r0 < rend; r0 += kRowTile) {
+        unsigned vis = 0;  // bit j: row j of this warp sees key i
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) {
+            const int r = r0 + warp * kRowsPerWarp + j, p = r / a.group;
+            if (r < rend && key_ok && p >= plo && p < phi && kpos <= a.probe_pos[p]) vis |= 1u << j;
+        }
+        // Also the barrier after the previous rows (and after k_s staging, first time).
+        if (!__syncthreads_or(vis != 0)) continue;  // no pair of the block sees these rows
         stage_rows(q_s, a, g, r0, n_rows);
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < kRowsPerWarp; ++j) {
+            if (!((vis >> j) & 1u)) continue;  // masked: not computed
             const int r = r0 + warp * kRowsPerWarp + j;
-            if (r >= n_rows) continue;
             const int p = r / a.group, h = g * a.group + r % a.group;
-            if (!key_ok || kpos > a.probe_pos[p]) continue;  // past the end, or not visible
             const float s = logit(q_s, k_s, warp * kRowsPerWarp + j, lane, a.hd, a.scale);
             acc += expf(s - a.lse_in[int64_t(p) * a.n_q_heads + h]);
         }
@@ -210,6 +277,7 @@ support supports_probe_scores(const op_desc & op) {
     const int64_t group = p.n_q_heads / p.n_kv_heads;
     if (p.n_probes * p.n_q_heads > INT_MAX || p.n_probes * group + kRowTile > INT_MAX)
         return support::no("n_probes * n_q_heads must fit in 32 bits");
+    if (p.batch > INT_MAX) return support::no("batch must fit in 32 bits");
     if (p.n_kv_heads * ((p.n_keys + kKeyTile - 1) / kKeyTile) > INT_MAX ||
         p.n_kv_heads * ((p.n_probes * group + kRowTile - 1) / kRowTile) > INT_MAX)
         return support::no("too many thread blocks");
@@ -223,6 +291,9 @@ void run_probe_scores(context & ctx, const op_desc & op) {
     a.probe_pos = dev_ptr<const int32_t>(op.src[1]);
     a.key_pos = dev_ptr<const int32_t>(op.src[3]);
     a.lse_in = p.use_lse ? dev_ptr<const float>(op.src[4]) : nullptr;
+    a.batch = int(p.batch);
+    a.probe_indptr = p.batch > 0 ? dev_ptr<const int32_t>(op.src[5]) : nullptr;
+    a.key_indptr = p.batch > 0 ? dev_ptr<const int32_t>(op.src[6]) : nullptr;
     a.scores = dev_ptr<float>(op.dst[0]);
     a.n_keys = p.n_keys;
     a.row_tokens = p.row_tokens;

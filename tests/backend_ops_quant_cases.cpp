@@ -245,61 +245,93 @@ op_desc attn_decode_quant_case::build(const std::vector<tensor> & v) const {
 // ---------------------------------------------------------------------------------------------
 
 probe_scores_case::probe_scores_case(const quant_spec & s, int64_t n_keys, int64_t n_probes, bool use_lse)
-    : s_(s), n_keys_(n_keys), n_probes_(n_probes), use_lse_(use_lse) {
-    const int64_t hd = s.q.head_dim;
-    add_tensor("q", dtype::f32, {std::max<int64_t>(n_probes, 1), s.n_q_heads, hd}, tensor_role::input);
-    add_tensor("probe_pos", dtype::i32, {std::max<int64_t>(n_probes, 1)}, tensor_role::input);
-    add_tensor("k", s.src_type, source_shape(n_keys, s.row_tokens, s.q.n_kv_heads, hd), tensor_role::input);
-    add_tensor("key_pos", dtype::i32, {n_keys}, tensor_role::input);
-    add_tensor("lse", dtype::f32, {std::max<int64_t>(n_probes, 1), s.n_q_heads}, tensor_role::input);
-    add_tensor("scores", dtype::f32, {s.q.n_kv_heads, n_keys}, tensor_role::output);
+    : s_(s), keys_{n_keys}, probes_{n_probes}, ragged_(false), use_lse_(use_lse) {
+    add_tensors();
+}
+probe_scores_case::probe_scores_case(const quant_spec & s, std::vector<int64_t> keys, std::vector<int64_t> probes,
+                                     bool use_lse)
+    : s_(s), keys_(std::move(keys)), probes_(std::move(probes)), ragged_(true), use_lse_(use_lse) {
+    KVCOMP_ASSERT(keys_.size() == probes_.size() && !keys_.empty());
+    add_tensors();
+}
+void probe_scores_case::add_tensors() {
+    n_keys_ = std::accumulate(keys_.begin(), keys_.end(), int64_t(0));
+    n_probes_ = std::accumulate(probes_.begin(), probes_.end(), int64_t(0));
+    const int64_t hd = s_.q.head_dim, batch = int64_t(keys_.size());
+    add_tensor("q", dtype::f32, {std::max<int64_t>(n_probes_, 1), s_.n_q_heads, hd}, tensor_role::input);
+    add_tensor("probe_pos", dtype::i32, {std::max<int64_t>(n_probes_, 1)}, tensor_role::input);
+    add_tensor("k", s_.src_type, source_shape(n_keys_, s_.row_tokens, s_.q.n_kv_heads, hd), tensor_role::input);
+    add_tensor("key_pos", dtype::i32, {n_keys_}, tensor_role::input);
+    add_tensor("lse", dtype::f32, {std::max<int64_t>(n_probes_, 1), s_.n_q_heads}, tensor_role::input);
+    add_tensor("probe_indptr", dtype::i32, {batch + 1}, tensor_role::input);
+    add_tensor("key_indptr", dtype::i32, {batch + 1}, tensor_role::input);
+    add_tensor("scores", dtype::f32, {s_.q.n_kv_heads, n_keys_}, tensor_role::output);
 }
 std::string probe_scores_case::vars() const {
     std::ostringstream os;
     os << "q_heads=" << s_.n_q_heads << ",kv_heads=" << s_.q.n_kv_heads << ",hd=" << s_.q.head_dim
-       << ",k=" << dtype_name(s_.src_type) << ",row_tokens=" << s_.row_tokens << ",keys=" << n_keys_
-       << ",probes=" << n_probes_ << ",lse=" << (use_lse_ ? 1 : 0);
+       << ",k=" << dtype_name(s_.src_type) << ",row_tokens=" << s_.row_tokens;
+    if (ragged_) {
+        os << ",requests=" << keys_.size() << ",keys=";
+        for (size_t b = 0; b < keys_.size(); ++b) os << (b ? "/" : "") << keys_[b];
+        os << ",probes=";
+        for (size_t b = 0; b < probes_.size(); ++b) os << (b ? "/" : "") << probes_[b];
+    } else {
+        os << ",keys=" << n_keys_ << ",probes=" << n_probes_;
+    }
+    os << ",lse=" << (use_lse_ ? 1 : 0);
     return os.str();
 }
 void probe_scores_case::init(test_rng & rng) {
     const int64_t hd = s_.q.head_dim, kvh = s_.q.n_kv_heads, group = s_.n_q_heads / kvh;
     fill_normal(tensors_[0], rng);
     fill_normal(tensors_[2], rng);
-    // Keys at positions base .. base + n_keys - 1 in shuffled order (a ring window is not in
-    // position order); probes at distinct positions, one of them after every key.
-    const int32_t base = 100;
-    std::vector<int32_t> key_pos(static_cast<size_t>(n_keys_));
-    std::iota(key_pos.begin(), key_pos.end(), base);
-    if (s_.row_tokens) shuffle(key_pos, rng);
-    std::vector<int32_t> probe_pos(size_t(std::max<int64_t>(n_probes_, 1)), base);
-    for (int64_t p = 0; p < n_probes_; ++p)
-        probe_pos[size_t(p)] = p == 0 ? base + int32_t(n_keys_) : base + int32_t(rng.below(n_keys_));
+    // Per request: keys at positions base .. base + n - 1 in shuffled order (a ring window is not in
+    // position order); probes at positions in the same range, the first after every key. Requests
+    // use different bases, so a probe leaking into another request's keys changes the result.
+    std::vector<int32_t> key_pos, probe_pos, key_indptr{0}, probe_indptr{0};
+    for (size_t b = 0; b < keys_.size(); ++b) {
+        const int32_t base = 100 + 37 * int32_t(b), n = int32_t(keys_[b]);
+        std::vector<int32_t> kp(static_cast<size_t>(n));
+        std::iota(kp.begin(), kp.end(), base);
+        if (s_.row_tokens) shuffle(kp, rng);
+        key_pos.insert(key_pos.end(), kp.begin(), kp.end());
+        for (int64_t p = 0; p < probes_[b]; ++p)
+            probe_pos.push_back(p == 0 || n == 0 ? base + n : base + int32_t(rng.below(n)));
+        key_indptr.push_back(int32_t(key_pos.size()));
+        probe_indptr.push_back(int32_t(probe_pos.size()));
+    }
+    probe_pos.resize(size_t(std::max<int64_t>(n_probes_, 1)), 100);
     put_i32(tensors_[1], probe_pos);
     put_i32(tensors_[3], key_pos);
-    // lse: the exact log-denominator over the visible keys plus 0.3, as if the row also saw keys
-    // outside this set (the decode case: the window is part of a longer cache).
+    put_i32(tensors_[5], probe_indptr);
+    put_i32(tensors_[6], key_indptr);
+    // lse: the exact log-denominator over the keys the probe sees plus 0.3, as if the row also saw
+    // keys outside this set (the decode case: the window is part of a longer cache).
     host_tensor & lse = tensors_[4];
     const float scale = 1.0f / std::sqrt(float(hd));
-    for (int64_t p = 0; p < std::max<int64_t>(n_probes_, 1); ++p)
-        for (int64_t h = 0; h < s_.n_q_heads; ++h) {
-            double mx = -INFINITY, sum = 0.0;
-            std::vector<double> logits;
-            for (int64_t i = 0; i < n_keys_; ++i) {
-                if (key_pos[size_t(i)] > probe_pos[size_t(p)]) continue;
-                double dot = 0.0;
-                for (int64_t c = 0; c < hd; ++c) {
-                    const int64_t T = s_.row_tokens;
-                    const int64_t e = T ? (((i / T) * kvh + h / group) * T + i % T) * hd + c
-                                        : (i * kvh + h / group) * hd + c;
-                    dot += double(get_float(tensors_[0], (p * s_.n_q_heads + h) * hd + c)) *
-                           double(get_float(tensors_[2], e));
+    set_float(lse, 0, 0.0f);
+    for (size_t b = 0; b < keys_.size(); ++b)
+        for (int64_t p = probe_indptr[b]; p < probe_indptr[b + 1]; ++p)
+            for (int64_t h = 0; h < s_.n_q_heads; ++h) {
+                double mx = -INFINITY, sum = 0.0;
+                std::vector<double> logits;
+                for (int64_t i = key_indptr[b]; i < key_indptr[b + 1]; ++i) {
+                    if (key_pos[size_t(i)] > probe_pos[size_t(p)]) continue;
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < hd; ++c) {
+                        const int64_t T = s_.row_tokens;
+                        const int64_t e = T ? (((i / T) * kvh + h / group) * T + i % T) * hd + c
+                                            : (i * kvh + h / group) * hd + c;
+                        dot += double(get_float(tensors_[0], (p * s_.n_q_heads + h) * hd + c)) *
+                               double(get_float(tensors_[2], e));
+                    }
+                    logits.push_back(dot * scale);
+                    mx = std::max(mx, logits.back());
                 }
-                logits.push_back(dot * scale);
-                mx = std::max(mx, logits.back());
+                for (double l : logits) sum += std::exp(l - mx);
+                set_float(lse, p * s_.n_q_heads + h, logits.empty() ? 0.0f : float(mx + std::log(sum) + 0.3));
             }
-            for (double l : logits) sum += std::exp(l - mx);
-            set_float(lse, p * s_.n_q_heads + h, logits.empty() ? 0.0f : float(mx + std::log(sum) + 0.3));
-        }
 }
 op_desc probe_scores_case::build(const std::vector<tensor> & v) const {
     probe_scores_params p;
@@ -311,7 +343,9 @@ op_desc probe_scores_case::build(const std::vector<tensor> & v) const {
     p.row_tokens = s_.row_tokens;
     p.scale = 1.0f / std::sqrt(float(s_.q.head_dim));
     p.use_lse = use_lse_;
-    return make_op(p, {v[0], v[1], v[2], v[3], use_lse_ ? v[4] : tensor{}}, {v[5]});
+    p.batch = ragged_ ? int64_t(keys_.size()) : 0;
+    return make_op(p, {v[0], v[1], v[2], v[3], use_lse_ ? v[4] : tensor{}, ragged_ ? v[5] : tensor{}, ragged_ ? v[6] : tensor{}},
+                   {v[7]});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,6 +417,23 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 333, 34, false));
             add(std::make_unique<probe_scores_case>(spec(zipcache_layout(1, 64), 4, {}, {}, 16, f32), 1, 1, false));
         }
+        // Ragged batches (one call for every request of a step): uneven prompts with an empty
+        // request and a request without probes; one request; f16 rows with lse (decode flush).
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f32),
+                                                std::vector<int64_t>{70, 0, 33, 5, 41}, std::vector<int64_t>{8, 2, 4, 0, 1},
+                                                false));
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f32),
+                                                std::vector<int64_t>{97}, std::vector<int64_t>{11}, false));
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f16, 32),
+                                                std::vector<int64_t>{32, 32, 0, 32}, std::vector<int64_t>{3, 0, 2, 7},
+                                                true));
+        if (set == case_set::full) {
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
+                                                    std::vector<int64_t>{300, 1, 129, 64}, std::vector<int64_t>{30, 1, 13, 7},
+                                                    false));
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(1, 64), 4, {}, {}, 16, f32),
+                                                    std::vector<int64_t>{0, 17}, std::vector<int64_t>{0, 3}, false));
+        }
     } else {
         // Perf: Llama-3-8B decode shapes (32/8 heads of 128) at 4K x 16 and 32K x 1 tokens.
         const bool cpu = set == case_set::perf_cpu;
@@ -399,6 +450,11 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
         }
         add(std::make_unique<kv_quantize_case>(spec(zipcache_layout(8, 128), 32, std::vector<int64_t>(40 / s, 100))));
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 4096 / s, 410 / s, false));
+        // One call for a prefill of 16 (cpu: 4) prompts of 4K (cpu: 512) tokens, 10% probes each.
+        const int64_t n_req = cpu ? 4 : 16;
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
+                                                std::vector<int64_t>(size_t(n_req), 4096 / s),
+                                                std::vector<int64_t>(size_t(n_req), 410 / s), false));
     }
 }
 

@@ -52,9 +52,12 @@ class attn_decode_quant_case : public test_case {
     int64_t batch_ = 0, nnz_ = 0, n_slots_ = 0, n_win_rows_ = 0, max_tokens_ = 0;
 };
 
+// probe_scores over one request (single-request form), or over a ragged batch (the form with
+// probe_indptr / key_indptr): request b has keys[b] keys and probes[b] probes (either may be 0).
 class probe_scores_case : public test_case {
   public:
     probe_scores_case(const quant_spec & s, int64_t n_keys, int64_t n_probes, bool use_lse);
+    probe_scores_case(const quant_spec & s, std::vector<int64_t> keys, std::vector<int64_t> probes, bool use_lse);
     op_type op() const override { return op_type::probe_scores; }
     std::string vars() const override;
     double max_nmse() const override { return 1e-6; }
@@ -65,8 +68,11 @@ class probe_scores_case : public test_case {
 
   private:
     quant_spec s_;
-    int64_t n_keys_, n_probes_;
+    std::vector<int64_t> keys_, probes_;  // per request
+    bool ragged_;
+    int64_t n_keys_ = 0, n_probes_ = 0;
     bool use_lse_;
+    void add_tensors();
 };
 
 // Decode attention over quantized blocks at Llama-3-8B head shapes (32/8 heads of 128), batch x

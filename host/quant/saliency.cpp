@@ -52,14 +52,23 @@ int64_t regular_count(int64_t n, double ratio) {
 std::vector<int32_t> split_by_saliency(const std::vector<double> & scores, double ratio) {
     const int64_t n = int64_t(scores.size());
     const int64_t n_hi = n - regular_count(n, ratio);
+    // The salient set is the first n_hi indices in the order (score descending, index ascending),
+    // the order a stable sort by score gives. A selection (linear on average) finds that set; the
+    // prefill ranks every prompt's tokens per KV head and layer, so this runs on the host between
+    // device steps and an O(n log n) sort there showed up in the prefill time.
     std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
-    std::vector<int32_t> hi(order.begin(), order.begin() + n_hi), lo(order.begin() + n_hi, order.end());
-    std::sort(hi.begin(), hi.end());
-    std::sort(lo.begin(), lo.end());
-    hi.insert(hi.end(), lo.begin(), lo.end());
-    return hi;
+    if (n_hi > 0 && n_hi < n)
+        std::nth_element(order.begin(), order.begin() + (n_hi - 1), order.end(), [&](int32_t a, int32_t b) {
+            const double sa = scores[size_t(a)], sb = scores[size_t(b)];
+            return sa > sb || (sa == sb && a < b);
+        });
+    std::vector<char> salient(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n_hi; ++i) salient[size_t(order[size_t(i)])] = 1;
+    // Salient indices ascending, then regular ones ascending.
+    int64_t hi = 0, lo = n_hi;
+    for (int32_t i = 0; i < int32_t(n); ++i) order[size_t(salient[size_t(i)] ? hi++ : lo++)] = i;
+    return order;
 }
 
 }  // namespace kvcomp::host::quant

@@ -107,6 +107,7 @@ struct param_printer {
         os << "probes=" << p.n_probes << ",keys=" << p.n_keys << ",q_heads=" << p.n_q_heads
            << ",kv_heads=" << p.n_kv_heads << ",hd=" << p.head_dim << ",row_tokens=" << p.row_tokens
            << ",lse=" << (p.use_lse ? 1 : 0);
+        if (p.batch) os << ",batch=" << p.batch;
     }
     void operator()(const head_project_params & p) {
         os << "tokens=" << p.n_tokens << ",heads=" << p.n_heads << ",in=" << p.in_total << ",out=" << p.out_total
@@ -482,6 +483,11 @@ void check_op(const op_desc & op) {
             c.operand(s[2], "k", {f32, f16}, source_elems(p.n_keys, p.row_tokens, p.n_kv_heads, p.head_dim));
             c.operand(s[3], "key_pos", {i32}, p.n_keys);
             if (p.use_lse) c.operand(s[4], "lse", {f32}, std::max<int64_t>(p.n_probes, 1) * p.n_q_heads);
+            c.non_negative(p.batch, "batch");
+            if (p.batch > 0) {
+                c.operand(s[5], "probe_indptr", {i32}, p.batch + 1);
+                c.operand(s[6], "key_indptr", {i32}, p.batch + 1);
+            }
             c.operand(d[0], "scores", {f32}, p.n_kv_heads * p.n_keys);
             break;
         }

@@ -211,10 +211,18 @@ struct attn_decode_quant_params {
 // src0 q f32 [n_probes, n_q_heads, head_dim]; src1 probe_pos i32 [n_probes];
 // src2 k f32|f16, n_keys tokens addressed by row_tokens; src3 key_pos i32 [n_keys];
 // src4 lse f32 [n_probes, n_q_heads] (only when use_lse); dst0 scores f32 [n_kv_heads, n_keys].
+// Ragged batch (batch > 0; one call for every request of a step): src5 probe_indptr and src6
+// key_indptr i32 [batch+1] (each starts at 0, is non-decreasing and ends at n_probes, n_keys):
+// request b owns probes [probe_indptr[b], probe_indptr[b+1]) and keys [key_indptr[b],
+// key_indptr[b+1]), and a probe sees only keys of its own request (and, as above, only those with
+// key_pos <= probe_pos, and lse is the log-denominator over those); a request may have no probes
+// or no keys. batch == 0 is the single-request form (every probe may see every key). Backends trust
+// the indptr arrays (the host builds them); masked (probe, key) pairs are skipped, not computed.
 struct probe_scores_params {
     int64_t n_probes = 0, n_keys = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, row_tokens = 0;
     float scale = 1.0f;
     bool use_lse = false;
+    int64_t batch = 0;  // 0: single request; else src5 probe_indptr, src6 key_indptr [batch+1]
 };
 
 

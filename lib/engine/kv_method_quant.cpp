@@ -114,11 +114,12 @@ class quant_method : public kv_method {
 
     void maintain(backend & be, const kv_step & s) override {
         if (s.prefill) return;
+        std::vector<request_state *> full;
         for (int32_t seq : s.seq_ids) {
             request_state & r = reqs_.at(seq);
-            if (r.win_len < c_.window) continue;
-            flush_window(be, r);
+            if (r.win_len >= c_.window) full.push_back(&r);
         }
+        if (!full.empty()) flush_windows(be, full);
     }
 
   private:
@@ -139,10 +140,6 @@ class quant_method : public kv_method {
     tensor window_pool(std::vector<buffer_ptr> & pools, int64_t layer) const {
         return make_tensor(pools[size_t(layer)].get(), dtype::f16,
                            {shape_.max_requests, shape_.n_kv_heads, int64_t(c_.window), shape_.head_dim});
-    }
-    tensor window_row(std::vector<buffer_ptr> & pools, int64_t layer, int32_t row) const {
-        return make_tensor(pools[size_t(layer)].get(), dtype::f16,
-                           {1, shape_.n_kv_heads, int64_t(c_.window), shape_.head_dim}, size_t(row * row_elems()) * 2);
     }
     tensor block_pool(int64_t layer) const {
         return make_tensor(pool_[size_t(layer)].get(), dtype::u8, {n_slots_ * q_.slot_bytes()});
@@ -208,14 +205,21 @@ class quant_method : public kv_method {
     void store_prefill(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
                        const tensor & v, float scale) {
         const int64_t H = shape_.n_kv_heads, G = q_.block_tokens();
+        // Saliency: one probe_scores call and one download for every prompt of the step.
+        const std::vector<float> sums = c_.saliency ? step_scores(be, s, q, k, scale) : std::vector<float>{};
         std::vector<int32_t> plan, rows;
         for (const prompt_plan & p : plans_) {
             if (p.quantized == 0) continue;
             // Per KV head: the prompt's token indices, salient first (ascending), then regular.
             std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
             if (c_.saliency) {
-                const auto scores = prompt_scores(be, p, q, k, scale);
-                for (int64_t h = 0; h < H; ++h) order[size_t(h)] = hq::split_by_saliency(scores[size_t(h)], c_.ratio);
+                std::vector<int32_t> qpos(static_cast<size_t>(p.quantized));
+                for (int32_t i = 0; i < p.quantized; ++i) qpos[size_t(i)] = i;
+                for (int64_t h = 0; h < H; ++h)
+                    order[size_t(h)] = hq::split_by_saliency(
+                        hq::normalized_scores(sums.data() + h * s.n_tokens + p.first_row, qpos, p.probes, c_.nnz,
+                                              p.len - 1),
+                        c_.ratio);
             } else {
                 for (auto & o : order) {
                     o.resize(size_t(p.quantized));
@@ -261,33 +265,38 @@ class quant_method : public kv_method {
         }
     }
 
-    // Normalized probe scores of one prompt, per KV head [H][quantized tokens].
-    std::vector<std::vector<double>> prompt_scores(backend & be, const prompt_plan & p, const tensor & q,
-                                                   const tensor & k, float scale) {
-        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, np = int64_t(p.probes.size());
-        std::vector<int32_t> ids(p.probes.size()), key_pos(size_t(p.len));
-        for (size_t i = 0; i < ids.size(); ++i) ids[i] = p.first_row + p.probes[i];
-        for (int32_t i = 0; i < p.len; ++i) key_pos[size_t(i)] = i;
-        const auto t = upload(be, layer_tables_, {ids, p.probes, key_pos});
-        const size_t qbytes = size_t(np * q_row()) * 4, sbytes = size_t(H * p.len) * 4;
+    // Probe column sums of every prompt of the step, f32 [n_kv_heads, n_tokens] (column = the
+    // step's token row), from one ragged probe_scores call (request b: its probes, its prompt's
+    // keys) and one download: the step synchronizes once per layer, whatever the batch. Prompts
+    // that quantize nothing get no probes (their columns stay 0 and are not read).
+    std::vector<float> step_scores(backend & be, const kv_step & s, const tensor & q, const tensor & k, float scale) {
+        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, n = s.n_tokens;
+        std::vector<int32_t> ids, probe_pos, probe_indptr{0}, key_pos(static_cast<size_t>(n));
+        for (const prompt_plan & p : plans_) {
+            if (p.quantized > 0)
+                for (int32_t t : p.probes) ids.push_back(p.first_row + t), probe_pos.push_back(t);
+            probe_indptr.push_back(int32_t(ids.size()));
+            for (int32_t i = 0; i < p.len; ++i) key_pos[size_t(p.first_row + i)] = i;
+        }
+        if (ids.empty()) return {};
+        const int64_t np = int64_t(ids.size());
+        const auto t = upload(be, layer_tables_, {ids, probe_pos, key_pos, probe_indptr, s.host_seq_indptr});
+        const size_t qbytes = size_t(np * q_row()) * 4, sbytes = size_t(H * n) * 4;
         if (!scores_buf_ || scores_buf_->size() < qbytes + sbytes) scores_buf_ = be.alloc((qbytes + sbytes) * 2);
         const tensor qp = make_tensor(scores_buf_.get(), dtype::f32, {np, q_row()});
-        const tensor sc = make_tensor(scores_buf_.get(), dtype::f32, {H, int64_t(p.len)}, qbytes);
+        const tensor sc = make_tensor(scores_buf_.get(), dtype::f32, {H, n}, qbytes);
         be.run(make_op(get_rows_params{np, q_row(), q.numel() / q_row()},
                        {make_tensor(q.buf, dtype::f32, {q.numel() / q_row(), q_row()}, q.offset), t[0]}, {qp}));
         probe_scores_params ps;
-        ps.n_probes = np, ps.n_keys = p.len, ps.n_q_heads = shape_.n_q_heads, ps.n_kv_heads = H, ps.head_dim = hd;
-        ps.scale = scale;
-        const tensor kr = make_tensor(k.buf, dtype::f32, {int64_t(p.len), H, hd}, k.offset + size_t(p.first_row * H * hd) * 4);
-        be.run(make_op(ps, {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset), t[1], kr, t[2]},
+        ps.n_probes = np, ps.n_keys = n, ps.n_q_heads = shape_.n_q_heads, ps.n_kv_heads = H, ps.head_dim = hd;
+        ps.scale = scale, ps.batch = s.batch;
+        const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, hd}, k.offset);
+        be.run(make_op(ps, {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset), t[1], kr, t[2],
+                            tensor{}, t[3], t[4]},
                        {sc}));
-        std::vector<float> sums(static_cast<size_t>(H * p.len));
+        std::vector<float> sums(static_cast<size_t>(H * n));
         be.download(*scores_buf_, qbytes, sums.data(), sums.size() * 4);
-        std::vector<std::vector<double>> out(static_cast<size_t>(H));
-        std::vector<int32_t> qpos(key_pos.begin(), key_pos.begin() + p.quantized);
-        for (int64_t h = 0; h < H; ++h)
-            out[size_t(h)] = hq::normalized_scores(sums.data() + h * p.len, qpos, p.probes, c_.nnz, p.len - 1);
-        return out;
+        return sums;
     }
 
     // --- decode ----------------------------------------------------------------------------
@@ -352,65 +361,112 @@ class quant_method : public kv_method {
         }
     }
 
-    // Quantizes a full window into window / block blocks and empties it.
-    void flush_window(backend & be, request_state & r) {
-        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, W = c_.window, G = q_.block_tokens();
-        const int64_t n_blocks = W / G;
-        const std::vector<int32_t> new_slots = take_slots(n_blocks);
-        std::vector<int32_t> key_pos(static_cast<size_t>(W));
-        for (int64_t i = 0; i < W; ++i) key_pos[size_t(i)] = r.win_start + int32_t(i);
+    // Probe column sums of the full windows of `full`, f32 [n_layers, n_kv_heads, n_keys] with
+    // n_keys = (highest window row + 1) * window (column row * window + slot), from one ragged
+    // probe_scores call per layer over the window pool and one download for all layers: a flush
+    // synchronizes once, whatever the number of requests and layers. The call's requests come in
+    // pairs per window row r: (r's probe steps, r's window keys), then (r's unused probe slots, no
+    // keys), so every probe slot of the buffers belongs to a request and rows that do not flush
+    // simply have no probes. Empty when no window has a probe.
+    std::vector<float> window_scores(backend & be, const std::vector<request_state *> & full, int64_t & n_keys) {
+        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, W = c_.window, nq = shape_.n_q_heads;
+        int32_t rows = 0;
+        bool any = false;
+        for (const request_state * r : full) rows = std::max(rows, r->row + 1), any = any || !r->probe_pos.empty();
+        if (!c_.saliency || !any) return {};
+        std::vector<int32_t> n_probes(size_t(rows), 0), key_pos(size_t(rows * W), 0);
+        std::vector<int32_t> probe_pos(size_t(rows * probe_cap_), 0);
+        for (const request_state * r : full) {
+            n_probes[size_t(r->row)] = int32_t(r->probe_pos.size());
+            std::copy(r->probe_pos.begin(), r->probe_pos.end(), probe_pos.begin() + int64_t(r->row) * probe_cap_);
+            for (int64_t i = 0; i < W; ++i) key_pos[size_t(r->row * W + i)] = r->win_start + int32_t(i);
+        }
+        std::vector<int32_t> probe_indptr{0}, key_indptr{0};
+        for (int32_t row = 0; row < rows; ++row) {
+            probe_indptr.push_back(row * probe_cap_ + n_probes[size_t(row)]);
+            key_indptr.push_back((row + 1) * int32_t(W));
+            probe_indptr.push_back((row + 1) * probe_cap_);
+            key_indptr.push_back((row + 1) * int32_t(W));
+        }
+        n_keys = int64_t(rows) * W;
+        const int64_t np = int64_t(rows) * probe_cap_, per_layer = H * n_keys;
+        const auto t = upload(be, layer_tables_, {probe_pos, key_pos, probe_indptr, key_indptr});
+        const size_t sbytes = size_t(shape_.n_layers * per_layer) * 4;
+        if (!scores_buf_ || scores_buf_->size() < sbytes) scores_buf_ = be.alloc(sbytes * 2);
+        probe_scores_params ps;
+        ps.n_probes = np, ps.n_keys = n_keys, ps.n_q_heads = nq, ps.n_kv_heads = H, ps.head_dim = hd;
+        ps.row_tokens = W, ps.scale = float(1.0 / std::sqrt(double(hd))), ps.use_lse = true;
+        ps.batch = 2 * int64_t(rows);
         for (int64_t layer = 0; layer < shape_.n_layers; ++layer) {
-            const tensor kw = window_row(wk_, layer, r.row), vw = window_row(wv_, layer, r.row);
-            std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
-            if (c_.saliency && !r.probe_pos.empty()) {
-                const int64_t np = int64_t(r.probe_pos.size()), nq = shape_.n_q_heads;
-                const auto t = upload(be, layer_tables_, {r.probe_pos, key_pos});
-                if (!scores_buf_ || scores_buf_->size() < size_t(H * W) * 4) scores_buf_ = be.alloc(size_t(H * W) * 8);
-                probe_scores_params ps;
-                ps.n_probes = np, ps.n_keys = W, ps.n_q_heads = nq, ps.n_kv_heads = H, ps.head_dim = hd;
-                ps.row_tokens = W, ps.scale = float(1.0 / std::sqrt(double(hd))), ps.use_lse = true;
-                const size_t base = size_t(int64_t(r.row) * probe_cap_);
-                be.run(make_op(ps,
-                               {make_tensor(probe_q_[size_t(layer)].get(), dtype::f32, {np, nq, hd}, base * size_t(q_row()) * 4),
-                                t[0], kw, t[1],
-                                make_tensor(probe_lse_[size_t(layer)].get(), dtype::f32, {np, nq}, base * size_t(nq) * 4)},
-                               {make_tensor(scores_buf_.get(), dtype::f32, {H, W})}));
-                std::vector<float> sums(static_cast<size_t>(H * W));
-                be.download(*scores_buf_, 0, sums.data(), sums.size() * 4);
-                for (int64_t h = 0; h < H; ++h)
-                    order[size_t(h)] = hq::split_by_saliency(
-                        hq::normalized_scores(sums.data() + h * W, key_pos, r.probe_pos, hq::nnz_mode::probe,
-                                              key_pos.back()),
-                        c_.ratio);
-            } else {
-                for (auto & o : order) {
-                    o.resize(size_t(W));
-                    for (int64_t i = 0; i < W; ++i) o[size_t(i)] = int32_t(i);
-                }
-            }
-            // Block i takes hi tokens [i*hi_cap, ...) of the salient list and lo tokens likewise.
-            const int64_t n_lo = hq::regular_count(W, c_.ratio), n_hi = W - n_lo;
+            const tensor kw = make_tensor(wk_[size_t(layer)].get(), dtype::f16, {rows, H, W, hd});
+            be.run(make_op(ps,
+                           {make_tensor(probe_q_[size_t(layer)].get(), dtype::f32, {np, nq, hd}), t[0], kw, t[1],
+                            make_tensor(probe_lse_[size_t(layer)].get(), dtype::f32, {np, nq}), t[2], t[3]},
+                           {make_tensor(scores_buf_.get(), dtype::f32, {H, n_keys}, size_t(layer * per_layer) * 4)}));
+        }
+        std::vector<float> sums(static_cast<size_t>(shape_.n_layers * per_layer));
+        be.download(*scores_buf_, 0, sums.data(), sums.size() * 4);
+        return sums;
+    }
+
+    // Quantizes the full windows of `full` into window / block blocks each (one kv_quantize per
+    // layer for all of them) and empties them.
+    void flush_windows(backend & be, const std::vector<request_state *> & full) {
+        const int64_t H = shape_.n_kv_heads, W = c_.window, G = q_.block_tokens();
+        const int64_t n_blocks = W / G;
+        std::vector<std::vector<int32_t>> new_slots;
+        for (size_t f = 0; f < full.size(); ++f) new_slots.push_back(take_slots(n_blocks));
+        int64_t n_keys = 0;
+        const std::vector<float> sums = window_scores(be, full, n_keys);
+        const int64_t n_lo = hq::regular_count(W, c_.ratio), n_hi = W - n_lo;
+        for (int64_t layer = 0; layer < shape_.n_layers; ++layer) {
             std::vector<int32_t> plan, rows;
-            for (int64_t bi = 0; bi < n_blocks; ++bi) {
-                const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - bi * q_.hi_tokens, 0, q_.hi_tokens));
-                const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - bi * q_.lo_tokens, 0, q_.lo_tokens));
-                plan.insert(plan.end(), {new_slots[size_t(bi)], hi, lo});
-                for (int64_t h = 0; h < H; ++h) {
-                    std::vector<int32_t> blk(size_t(G), 0);
-                    const auto & o = order[size_t(h)];
-                    for (int32_t j = 0; j < hi; ++j) blk[size_t(j)] = o[size_t(bi * q_.hi_tokens + j)];
-                    for (int32_t j = 0; j < lo; ++j) blk[size_t(hi + j)] = o[size_t(n_hi + bi * q_.lo_tokens + j)];
-                    rows.insert(rows.end(), blk.begin(), blk.end());
+            for (size_t f = 0; f < full.size(); ++f) {
+                const request_state & r = *full[f];
+                std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
+                if (!sums.empty() && !r.probe_pos.empty()) {
+                    std::vector<int32_t> key_pos(static_cast<size_t>(W));
+                    for (int64_t i = 0; i < W; ++i) key_pos[size_t(i)] = r.win_start + int32_t(i);
+                    for (int64_t h = 0; h < H; ++h)
+                        order[size_t(h)] = hq::split_by_saliency(
+                            hq::normalized_scores(sums.data() + (layer * H + h) * n_keys + int64_t(r.row) * W, key_pos,
+                                                  r.probe_pos, hq::nnz_mode::probe, key_pos.back()),
+                            c_.ratio);
+                } else {
+                    for (auto & o : order) {
+                        o.resize(size_t(W));
+                        for (int64_t i = 0; i < W; ++i) o[size_t(i)] = int32_t(i);
+                    }
+                }
+                // Block i takes hi tokens [i*hi_cap, ...) of the salient list and lo tokens likewise;
+                // tokens are numbered in the whole window pool (row * window + slot).
+                const int32_t base = r.row * int32_t(W);
+                for (int64_t bi = 0; bi < n_blocks; ++bi) {
+                    const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - bi * q_.hi_tokens, 0, q_.hi_tokens));
+                    const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - bi * q_.lo_tokens, 0, q_.lo_tokens));
+                    plan.insert(plan.end(), {new_slots[f][size_t(bi)], hi, lo});
+                    for (int64_t h = 0; h < H; ++h) {
+                        std::vector<int32_t> blk(size_t(G), 0);
+                        const auto & o = order[size_t(h)];
+                        for (int32_t j = 0; j < hi; ++j) blk[size_t(j)] = base + o[size_t(bi * q_.hi_tokens + j)];
+                        for (int32_t j = 0; j < lo; ++j)
+                            blk[size_t(hi + j)] = base + o[size_t(n_hi + bi * q_.lo_tokens + j)];
+                        rows.insert(rows.end(), blk.begin(), blk.end());
+                    }
                 }
             }
             const auto t = upload(be, layer_tables_, {plan, rows});
             kv_quantize_params kp;
-            kp.q = q_, kp.n_blocks = n_blocks, kp.n_src_tokens = W, kp.row_tokens = W, kp.n_slots = n_slots_;
-            be.run(make_op(kp, {kw, vw, t[0], t[1]}, {block_pool(layer)}));
+            kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = shape_.max_requests * W;
+            kp.row_tokens = W, kp.n_slots = n_slots_;
+            be.run(make_op(kp, {window_pool(wk_, layer), window_pool(wv_, layer), t[0], t[1]}, {block_pool(layer)}));
         }
-        r.slots.insert(r.slots.end(), new_slots.begin(), new_slots.end());
-        r.win_len = 0;
-        r.probe_pos.clear();
+        for (size_t f = 0; f < full.size(); ++f) {
+            request_state & r = *full[f];
+            r.slots.insert(r.slots.end(), new_slots[f].begin(), new_slots[f].end());
+            r.win_len = 0;
+            r.probe_pos.clear();
+        }
     }
 
     quant_method_config c_;

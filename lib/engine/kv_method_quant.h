@@ -12,13 +12,17 @@
 //    tokens are quantized: all of them (zipcache) or all but the last (L mod window) tokens, which
 //    go to the window (kivi, whose window is KIVI's fp16 residual). With saliency (zipcache) the
 //    prompt's probe rows (probe_scores) rank the tokens per KV head; the top `ratio` go to the
-//    high-bit segments of the blocks, the rest to the low-bit ones, each in position order.
+//    high-bit segments of the blocks, the rest to the low-bit ones, each in position order. One
+//    ragged probe_scores call and one score download per layer serve every prompt of the step
+//    (the layer's K/V are transient, so its blocks are quantized before the next layer runs).
 //  - decode: the token is appended to the window, attention runs over blocks + window; when the
 //    window holds `window` tokens (after the step) it is quantized into window / block blocks
 //    (zipcache: ranked by the probe queries of the window's own decode steps: its last
 //    `decode_probe_recent` steps plus each step with probability `decode_probe_p`, normalized by
 //    the full-row denominators the attention returned) and emptied. Old blocks are never
-//    re-quantized (append-only; no drift).
+//    re-quantized (append-only; no drift). All windows that fill in a step flush together: one
+//    ragged probe_scores call per layer over the window pool, one download for all layers, one
+//    kv_quantize per layer.
 //
 // Accounting: bytes_held(seq) = its slots x slot_bytes + its window row, K and V, every layer;
 // bytes_for_tokens(t) = what a request holds right after a prefill of t tokens (no decode window

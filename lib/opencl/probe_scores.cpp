@@ -2,8 +2,9 @@
 //
 // Two deterministic passes: the per-(probe, query head) log-denominators (unless the caller
 // supplies them) into the backend's scratch buffer, then one work-item per key summing over the
-// group's query heads and the probes in a fixed order. No atomics, so results do not depend on
-// scheduling.
+// group's query heads and the probes of its request in a fixed order. No float atomics, so
+// results do not depend on scheduling. The ragged form (batch > 0) serves a whole step's requests
+// in one call; each probe only walks its own request's keys.
 #include <algorithm>
 
 #include "opencl/cl_common.h"
@@ -21,8 +22,8 @@ constexpr size_t kKeyGroup = 64;                    // keys per work-group in th
 support supports_probe_scores(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<probe_scores_params>();
     if (p.head_dim > 1024) return support::no("head_dim must be at most 1024");
-    if (p.n_keys > 0x7fffffff || p.n_probes > 0x7fffffff || p.row_tokens > 0x7fffffff)
-        return support::no("keys, probes and row_tokens must fit in 32-bit ints");
+    if (p.n_keys > 0x7fffffff || p.n_probes > 0x7fffffff || p.row_tokens > 0x7fffffff || p.batch > 0x7fffffff)
+        return support::no("keys, probes, row_tokens and batch must fit in 32-bit ints");
     if (sizeof(float) * size_t(p.head_dim) + 2 * sizeof(float) * kLseGroup > be.dev().local_mem_bytes)
         return support::no("not enough local memory for head_dim " + std::to_string(p.head_dim));
     return support::yes();
@@ -46,12 +47,16 @@ void run_probe_scores(cl_backend & be, const op_desc & op) {
         if (nt == 1 || be.kernel_wg_limit(lse_k) >= nt) break;
     }
 
+    // Single-request form: the indptr arguments are not read; any valid buffer stands in.
+    const view_arg probe_ip = p.batch > 0 ? arg(op.src[5]) : arg(op.src[1]);
+    const view_arg key_ip = p.batch > 0 ? arg(op.src[6]) : arg(op.src[1]);
     cl_mem lse = p.use_lse ? mem_of(op.src[4]) : mem_of(op.dst[0]);  // the latter: n_probes == 0, never read
     const cl_ulong lse_off = p.use_lse ? elem_off(op.src[4]) : 0;
     if (!p.use_lse && p.n_probes > 0) {
         lse = be.scratch(size_t(p.n_probes * p.n_q_heads) * sizeof(float));
-        set_args(lse_k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), lse, to_int(p.n_keys),
-                 to_int(p.n_q_heads), to_int(p.n_kv_heads), to_int(p.row_tokens), cl_float(qscale));
+        set_args(lse_k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), probe_ip, key_ip, lse,
+                 to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads), to_int(p.row_tokens),
+                 to_int(p.batch), cl_float(qscale));
         const size_t local[3] = {nt, 1, 1};
         const size_t global[3] = {nt, size_t(p.n_q_heads), size_t(p.n_probes)};
         be.launch(lse_k, 3, global, local);
@@ -60,9 +65,9 @@ void run_probe_scores(cl_backend & be, const op_desc & op) {
     cl_kernel k = be.kernel("probe_scores.cl", defs, "kvc_probe_scores");
     size_t wg = be.reduction_wg(kKeyGroup);
     while (wg > 1 && wg > be.kernel_wg_limit(k)) wg /= 2;
-    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), lse, lse_off, arg(op.dst[0]),
-             to_int(p.n_probes), to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads), to_int(p.row_tokens),
-             cl_float(qscale));
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), lse, lse_off, probe_ip, key_ip,
+             arg(op.dst[0]), to_int(p.n_probes), to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads),
+             to_int(p.row_tokens), to_int(p.batch), cl_float(qscale));
     const size_t local[3] = {wg, 1, 1};
     const size_t global[3] = {size_t(p.n_keys), size_t(p.n_kv_heads), 1};
     be.launch(k, 3, global, local);
