@@ -88,8 +88,8 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
         cl_kernel k = be.kernel("attn_decode_palu.cl", defs, "kvc_attn_decode_palu");
         set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
                  arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(out),
-                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total),
-                 to_int(p.kv.v_total), cl_float(p.scale * kLog2e));
+                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
+                 cl_float(p.scale * kLog2e));
         const size_t local[1] = {size_t(c.nt)};
         const size_t global[1] = {size_t(c.nt) * size_t(p.n_tasks)};
         be.launch(k, 1, global, local);

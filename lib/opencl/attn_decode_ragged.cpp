@@ -10,9 +10,9 @@ namespace kvcomp::cl {
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kTileTokens = 64;          // NT as attn_decode (more resident work-groups than 128)
-constexpr int kMaxHeadsPerGroup = 8;     // GB: larger GQA groups are split over work-groups
-constexpr int64_t kMaxGroup = 16;        // G the merge and the partials are sized for
+constexpr int kTileTokens = 64;             // NT as attn_decode (more resident work-groups than 128)
+constexpr int kMaxHeadsPerGroup = 8;        // GB: larger GQA groups are split over work-groups
+constexpr int64_t kMaxGroup = 16;           // G the merge and the partials are sized for
 constexpr size_t kLocalBudget = 36 * 1024;  // above this the tile shrinks (occupancy, 48 KB limit)
 
 struct ragged_config {
@@ -59,7 +59,8 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     if (g > kMaxGroup) return support::no("GQA group above " + std::to_string(kMaxGroup) + " query heads");
     const ragged_config c = choose_config(be, p);
     if (c.nt < (c.mw + c.vec - 1) / c.vec)
-        return support::no("device work-group limit too small for max_width " + std::to_string(p.kv.max_width));
+        return support::no("device work-group limit too small for max_width " +
+                           std::to_string(p.kv.max_width));
     if (local_bytes_needed(c) > be.dev().local_mem_bytes)
         return support::no("not enough local memory for max_width " + std::to_string(p.kv.max_width));
     if (p.kv.n_pages * p.kv.page_size > 0x7fffffff || p.max_seq_len > 0x7fffffff || p.n_tasks > 0x7fffffff)
