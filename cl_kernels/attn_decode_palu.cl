@@ -4,9 +4,13 @@
 // Kernels:
 //   kvc_attn_decode_palu: work-group i runs schedule row i = (request b, KV head c, tokens
 //     [first, end)) for the G query heads of c. Tokens go in tiles of TT:
+//       0. B_c (k_width x HD fp32) goes to local memory RB rows at a time, once per work-group
+//          when RB >= MW, else per tile (the keys then build up over the row chunks): every key
+//          element reads a column of B_c, and local reads by consecutive work-items of
+//          consecutive columns are conflict-free, where global reads would go through L1/L2;
 //       1. the tile's latents (k_width halves per token, contiguous within a page) are copied to
 //          local memory with coalesced reads; keys = latent . B_c are built in local memory (fp32,
-//          consecutive work-items on consecutive columns of B_c, a coalesced read of aux), then
+//          consecutive work-items on consecutive columns of B_c), then
 //          rotated at their positions (token index in the request) with the rope op's pairing
 //          (neox halves or interleaved pairs; fp64 angles where the device has them, as rope.cl);
 //       2. scores of (token, head) pairs against q in local memory (pre-scaled by scale * log2 e),
@@ -20,7 +24,8 @@
 //   HD * k_offset(c), inv_freq [ROT / 2] at HD * k_total; out f32 [batch, G * v_total]; scratch
 //   part: task i's output for head g at (i * G + g) * MW, its (m, l) at ml_off + (i * G + g) * 2.
 // Preamble defines: G, NT (work-group size), TT (tile tokens), MW (bound on every latent width),
-//   HD (head_dim), ROT (rotary dims), STYLE (0 neox, 1 interleaved).
+//   HD (head_dim), ROT (rotary dims), STYLE (0 neox, 1 interleaved), PAGE_SIZE, RB (rows of B_c in
+//   local memory, >= 1).
 
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -36,13 +41,14 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
                           ulong last_len_off, global const int * heads, ulong heads_off, global const int * sched,
                           ulong sched_off, global const int * merge, ulong merge_off, global const float * aux,
                           ulong aux_off, global float * out, ulong out_off, global float * part, ulong ml_off,
-                          int n_kv_heads, int page_size, int k_total, int v_total, float qscale) {
+                          int n_kv_heads, int k_total, int v_total, float qscale) {
     local float q_l[G * HD];
     local ushort z_l[TT * MW];  // fp16 bits of the tile's latents
     local float key_l[TT * HD];
     local float s_l[TT * G];
     local float p_l[TT * G];
     local ulong krow_l[TT], vrow_l[TT];
+    local float basis_l[RB * HD];
 
     const int tid = get_local_id(0);
     const int task = get_group_id(0);
@@ -61,6 +67,9 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
 
     global const float * qg = q + q_off + ((ulong)b * n_kv_heads + c) * G * HD;
     for (int i = tid; i < G * HD; i += NT) q_l[i] = qg[i] * qscale;
+#if RB >= MW
+    for (int i = tid; i < kw * HD; i += NT) basis_l[i] = basis[i];  // all of B_c, once
+#endif
 
     float m_run[G], lsum[G], acc[G][VPT];
     for (int g = 0; g < G; ++g) {
@@ -73,22 +82,43 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
         barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile is consumed (and q_l is written)
         for (int t = tid; t < tn; t += NT) {
             const int j = t0 + t;
-            const ulong page = (ulong)indices[p0 + j / page_size];
-            const ulong slot = (ulong)(j % page_size);
-            krow_l[t] = page * page_size * k_total + (ulong)page_size * ko + slot * kw;
-            vrow_l[t] = page * page_size * v_total + (ulong)page_size * vo + slot * vw;
+            const ulong page = (ulong)indices[p0 + j / PAGE_SIZE];
+            const ulong slot = (ulong)(j % PAGE_SIZE);
+            krow_l[t] = page * PAGE_SIZE * k_total + (ulong)PAGE_SIZE * ko + slot * kw;
+            vrow_l[t] = page * PAGE_SIZE * v_total + (ulong)PAGE_SIZE * vo + slot * vw;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         // 1. latents -> keys -> RoPE
-        for (int e = tid; e < tn * kw; e += NT) z_l[e] = k_pages[krow_l[e / kw] + e % kw];
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int e = tid; e < tn * HD; e += NT) {
-            const int t = e / HD, d = e % HD;
-            float k = 0.0f;
-            for (int r = 0; r < kw; ++r) k = fma(vload_half(t * kw + r, (local const half *)z_l), basis[r * HD + d], k);
-            key_l[e] = k;
+        // (token, element) walked with a carried pair instead of a division per element
+        {
+            int t = tid / kw, r = tid % kw;
+            const int dt = NT / kw, dr = NT % kw;
+            for (int e = tid; e < tn * kw; e += NT) {
+                z_l[e] = k_pages[krow_l[t] + r];
+                t += dt;
+                r += dr;
+                if (r >= kw) {
+                    r -= kw;
+                    ++t;
+                }
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r0 = 0; r0 < kw; r0 += RB) {
+            const int rn = min(RB, kw - r0);
+#if RB < MW
+            for (int i = tid; i < rn * HD; i += NT) basis_l[i] = basis[(ulong)r0 * HD + i];
+            barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+            for (int e = tid; e < tn * HD; e += NT) {
+                const int t = e / HD, d = e % HD;
+                float k = r0 == 0 ? 0.0f : key_l[e];
+                for (int r = 0; r < rn; ++r)
+                    k = fma(vload_half(t * kw + r0 + r, (local const half *)z_l), basis_l[r * HD + d], k);
+                key_l[e] = k;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);  // keys done (and this chunk of B_c consumed)
+        }
         for (int e = tid; e < tn * HALF_ROT; e += NT) {
             const int t = e / HALF_ROT, i = e % HALF_ROT;
 #if STYLE == 0

@@ -449,6 +449,9 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             }
         add(std::make_unique<ragged_decode_case>(rs({256, 1}, {1, 256}, 4, {300, 257}), false));
         add(std::make_unique<ragged_decode_case>(rs({16}, {16}, 8, {0, 0}), false));
+        // GQA 8 (one work-group for all heads, 4-wide chunks) and 16 (two head sub-groups of 8).
+        add(std::make_unique<ragged_decode_case>(rs({32, 24}, {16, 40}, 8, {700, 33}), false));
+        add(std::make_unique<ragged_decode_case>(rs({32, 9}, {16, 40}, 16, {300, 1}), false));
         {
             ragged_spec s = rs(kw_odd, vw_odd, 4, {15, 1, 17});
             s.page_size = 1;
@@ -489,6 +492,11 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<ragged_decode_case>(
                 rs(k8, v8, 4, std::vector<int64_t>(size_t(b), ctx / 8), policy, 132), false));
         }
+        // Palu at the same shapes (latent K widths k8, head_dim 128, full rotary): its cost is the
+        // per-step key reconstruction (k_width * 128 FMAs per token and KV head), not the bytes.
+        ragged_spec s = rs(k8, v8, 4, {ctx / 4}, P::balanced, 132);
+        s.head_dim = 128, s.rot_dim = 128;
+        add(std::make_unique<ragged_decode_case>(s, true));
     }
 }
 

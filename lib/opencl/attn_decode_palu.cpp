@@ -12,17 +12,19 @@ constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kGroupSize = 64;
 constexpr int64_t kMaxGroup = 16;
 constexpr size_t kLocalBudget = 32 * 1024;  // leaves room for more than one work-group per unit
+constexpr int64_t kMinBasisRows = 16;       // fewer basis rows per reload and the barriers dominate
 
 struct palu_config {
     int nt = kGroupSize, tt = kGroupSize;  // work-group size, tile tokens
     int64_t mw = 0;
+    int64_t rb = 1;  // rows of the basis held in local memory (all of it when rb >= mw)
 };
 
 // Mirrors the local arrays of kvc_attn_decode_palu.
 size_t local_bytes_needed(const palu_config & c, int64_t g, int64_t hd) {
     const size_t tt = size_t(c.tt), gs = size_t(g), d = size_t(hd);
     return sizeof(float) * (gs * d + tt * d + 2 * tt * gs) + sizeof(cl_ushort) * tt * size_t(c.mw) +
-           sizeof(cl_ulong) * 2 * tt;
+           sizeof(cl_ulong) * 2 * tt + sizeof(float) * size_t(c.rb) * d;
 }
 
 palu_config choose_config(const cl_backend & be, const attn_decode_palu_params & p) {
@@ -31,8 +33,25 @@ palu_config choose_config(const cl_backend & be, const attn_decode_palu_params &
     c.mw = p.kv.max_width;
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     const size_t budget = std::min<size_t>(kLocalBudget, size_t(be.dev().local_mem_bytes));
-    c.tt = c.nt;
-    while (c.tt > 4 && local_bytes_needed(c, g, p.head_dim) > budget) c.tt /= 2;
+    // Largest tile whose arrays leave room for the whole basis, else for at least kMinBasisRows
+    // rows of it (then reloaded per tile), else the largest tile that fits at all (rb = 1).
+    const auto fit = [&](int64_t want_rows, int min_tt) {
+        for (c.tt = c.nt; c.tt >= min_tt; c.tt /= 2) {
+            c.rb = 0;
+            const size_t base = local_bytes_needed(c, g, p.head_dim);
+            const size_t row = sizeof(float) * size_t(p.head_dim);
+            const int64_t rows = base < budget ? int64_t((budget - base) / row) : 0;
+            if (rows >= want_rows) {
+                c.rb = std::min<int64_t>(rows, c.mw);
+                return true;
+            }
+        }
+        return false;
+    };
+    if (!fit(c.mw, 16) && !fit(std::min<int64_t>(kMinBasisRows, c.mw), 16) && !fit(1, 1)) {
+        c.tt = 1;  // nothing fits the budget; supports() compares with the device's limit
+        c.rb = 1;
+    }
     return c;
 }
 
@@ -60,15 +79,17 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
         .add("MW", c.mw)
         .add("HD", p.head_dim)
         .add("ROT", p.rot_dim)
-        .add("STYLE", int(p.style));
+        .add("STYLE", int(p.style))
+        .add("PAGE_SIZE", p.kv.page_size)
+        .add("RB", c.rb);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_palu.cl", defs, "kvc_attn_decode_palu");
         set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
                  arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(out),
-                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.page_size), to_int(p.kv.k_total),
-                 to_int(p.kv.v_total), cl_float(p.scale * kLog2e));
+                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
+                 cl_float(p.scale * kLog2e));
         const size_t local[1] = {size_t(c.nt)};
         const size_t global[1] = {size_t(c.nt) * size_t(p.n_tasks)};
         be.launch(k, 1, global, local);

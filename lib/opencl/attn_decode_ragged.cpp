@@ -10,25 +10,45 @@ namespace kvcomp::cl {
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kTileTokens = 64;
-constexpr int64_t kMaxGroup = 16;  // G accumulators of MW / NT features each live in registers
+constexpr int kTileTokens = 64;             // NT as attn_decode (more resident work-groups than 128)
+constexpr int kMaxHeadsPerGroup = 8;        // GB: larger GQA groups are split over work-groups
+constexpr int64_t kMaxGroup = 16;           // G the merge and the partials are sized for
+constexpr size_t kLocalBudget = 36 * 1024;  // above this the tile shrinks (occupancy, 48 KB limit)
 
 struct ragged_config {
     int nt = kTileTokens;
-    int64_t mw = 0;  // the op's max_width: bounds every width, sizes local arrays and partials
+    int gb = 1;        // query heads per work-group
+    int vec = 8;       // features per chunk
+    int v_unroll = 4;  // V rows in flight per work-item
+    int64_t mw = 0;    // the op's max_width: bounds every width, sizes local arrays and partials
 };
+
+// Mirrors the local arrays of kvc_attn_decode_ragged.
+size_t local_bytes_needed(const ragged_config & c) {
+    const size_t nt = size_t(c.nt), vec = size_t(c.vec), gb = size_t(c.gb);
+    const size_t mwv = (size_t(c.mw) + vec - 1) / vec, gbp = (gb + 3) / 4 * 4;
+    return sizeof(float) * (gb * mwv * vec + 2 * nt * gbp + gb * nt * (vec + 1)) +
+           sizeof(cl_ushort) * (nt + 1) * (mwv + 8 / vec) * vec + sizeof(cl_ulong) * 4 * nt;
+}
 
 ragged_config choose_config(const cl_backend & be, const attn_decode_ragged_params & p) {
     ragged_config c;
-    c.nt = int(be.reduction_wg(kTileTokens));
+    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
+    for (int d = kMaxHeadsPerGroup; d >= 1; --d)
+        if (g % d == 0) {
+            c.gb = d;
+            break;
+        }
+    // As attn_decode: 8-wide chunks halve the load instructions, but with many heads per
+    // work-group the gb * 8 accumulators crowd out the loads in flight.
+    c.vec = c.gb <= 4 ? 8 : 4;
     c.mw = p.kv.max_width;
+    c.nt = int(be.reduction_wg(kTileTokens));
+    // Wide heads (max_width > 128) would leave one work-group per compute unit: halve the tile
+    // while a slot still covers the widest row (nt >= ceil(mw / vec)).
+    const size_t budget = std::min<size_t>(kLocalBudget, size_t(be.dev().local_mem_bytes));
+    while (local_bytes_needed(c) > budget && c.nt / 2 >= (c.mw + c.vec - 1) / c.vec) c.nt /= 2;
     return c;
-}
-
-// Mirrors the local arrays of kvc_attn_decode_ragged.
-size_t local_bytes_needed(const ragged_config & c, int64_t g) {
-    const size_t nt = size_t(c.nt), mw = size_t(c.mw), gs = size_t(g);
-    return sizeof(float) * (gs * mw + 2 * nt * gs) + sizeof(cl_ushort) * nt * mw + sizeof(cl_ulong) * 2 * nt;
 }
 
 }  // namespace
@@ -37,7 +57,11 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     if (g > kMaxGroup) return support::no("GQA group above " + std::to_string(kMaxGroup) + " query heads");
-    if (local_bytes_needed(choose_config(be, p), g) > be.dev().local_mem_bytes)
+    const ragged_config c = choose_config(be, p);
+    if (c.nt < (c.mw + c.vec - 1) / c.vec)
+        return support::no("device work-group limit too small for max_width " +
+                           std::to_string(p.kv.max_width));
+    if (local_bytes_needed(c) > be.dev().local_mem_bytes)
         return support::no("not enough local memory for max_width " + std::to_string(p.kv.max_width));
     if (p.kv.n_pages * p.kv.page_size > 0x7fffffff || p.max_seq_len > 0x7fffffff || p.n_tasks > 0x7fffffff)
         return support::no("sizes must fit in 32-bit ints");
@@ -49,18 +73,24 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
     const ragged_config c = choose_config(be, p);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;
-    defs.add("G", g).add("NT", c.nt).add("MW", c.mw);
+    defs.add("G", g)
+        .add("GB", c.gb)
+        .add("NT", c.nt)
+        .add("MW", c.mw)
+        .add("VEC", c.vec)
+        .add("PAGE_SIZE", p.kv.page_size)
+        .add("V_UNROLL", c.v_unroll);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_ragged.cl", defs, "kvc_attn_decode_ragged");
         set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
                  arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                 to_int(p.kv.n_kv_heads), to_int(p.kv.page_size), to_int(p.kv.k_total), to_int(p.kv.v_total),
+                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
                  cl_float(p.scale * kLog2e));
-        const size_t local[1] = {size_t(c.nt)};
-        const size_t global[1] = {size_t(c.nt) * size_t(p.n_tasks)};
-        be.launch(k, 1, global, local);
+        const size_t local[2] = {size_t(c.nt), 1};
+        const size_t global[2] = {size_t(c.nt) * size_t(p.n_tasks), size_t(g / c.gb)};
+        be.launch(k, 2, global, local);
     }
     // Rows with several tasks are merged, rows without any get zeros (the host alone knows the
     // table's contents on the device, so this runs for every row and skips single-task rows).
