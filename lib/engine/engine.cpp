@@ -210,7 +210,7 @@ engine::engine(const engine_config & cfg) : p_(std::make_unique<impl>()) {
     shape.n_kv_heads = p.model.num_key_value_heads, shape.head_dim = p.model.head_dim;
     shape.n_pages = p.cfg.kv_pages, shape.page_size = cfg.page_size;
     shape.max_requests = cfg.max_batch;
-    p.method->prepare(*p.be, model_context{p.model, p.weights, cfg.model_dir, cfg.random_weights});
+    p.method->prepare(*p.be, model_context{p.model, p.weights, cfg.model_dir, cfg.random_weights, cfg.weight_seed});
     p.method->allocate(*p.be, shape);
     p.pool = std::make_unique<host::page_pool>(int32_t(p.cfg.kv_pages));
     p.table = std::make_unique<host::page_table>(*p.pool, cfg.page_size);

@@ -35,6 +35,7 @@ struct model_context {
     model_weights & weights;
     std::string model_dir;          // the checkpoint directory (config.json only for random weights)
     bool random_weights = false;    // weights made up from config.json (benchmarks)
+    uint64_t weight_seed = 1;       // their seed (random weights of another seed are another model)
 };
 
 // One layer's attention projections as a method replaced them (kv_method::projection). Weights are

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/calibrate.h"
 #include "engine/lowrank_device.h"
 #include "host/lowrank/decode_schedule.h"
 
@@ -21,7 +22,7 @@ class lowrank_method : public kv_method {
 
     void prepare(backend & be, const model_context & m) override {
         const host::model_config & cfg = m.config;
-        plan_ = make_lowrank_plan(c_.choice, cfg, expected_model_hash(m.model_dir, cfg, m.random_weights));
+        plan_ = make_lowrank_plan(c_.choice, cfg, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
         dev_ = upload_lowrank_plan(be, plan_);
         buffer_ptr scratch;
         for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {

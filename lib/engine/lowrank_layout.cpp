@@ -2,34 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/op.h"
 #include "host/lowrank/decode_schedule.h"
-#include "host/lowrank/model_fingerprint.h"
 #include "host/lowrank/rate_search.h"
 
 namespace kvcomp::engine {
 
 namespace hl = host::lowrank;
-
-std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
-                                bool random_weights) {
-    if (!random_weights) return hl::model_hash_of_dir(model_dir);
-    // Random weights have no checkpoint to list: hash the tensors a checkpoint of this config.json
-    // holds, which is what a calibration made from such a checkpoint records.
-    const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) KVCOMP_THROW(status::io_error, path, ": cannot open (needed for the model hash)");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<hl::tensor_shape> shapes;
-    for (const auto & t : host::expected_tensors(cfg)) shapes.push_back({t.name, t.shape});
-    return hl::model_hash(text.str(), shapes, path);
-}
 
 std::vector<float> rope_inv_freq(float theta, int64_t rot_dim, const std::vector<float> & freq_factors) {
     std::vector<float> out(static_cast<size_t>(rot_dim / 2));

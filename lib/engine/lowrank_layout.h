@@ -59,11 +59,6 @@ struct lowrank_plan {
     int64_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
 };
 
-// The model hash a calibration file must carry: of the checkpoint in model_dir, or, for random
-// weights (only config.json there), of config.json and the tensors a checkpoint of it would hold.
-std::string expected_model_hash(const std::string & model_dir, const host::model_config & cfg,
-                                bool random_weights);
-
 // Reads the calibration (checked against the method, the model's shape and model_hash: a file
 // made for another model or method is invalid_argument naming the file), chooses the ranks and
 // builds every layer. Throws invalid_argument for a rank_multiple outside [1, head_dim], a head

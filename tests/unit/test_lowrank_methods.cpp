@@ -361,19 +361,34 @@ TEST(lowrank_folding, full_rank_with_f16_weights_and_with_a_v_bias) {
     }
 }
 
-// Benchmarks run random weights from config.json alone: the model hash is then that of the tensors a
-// checkpoint of the config holds, so the checkpoint's own calibration file is accepted.
-TEST(lowrank_folding, random_weights_accept_the_checkpoints_calibration) {
+// Benchmarks run random weights from config.json alone: a calibration made on those weights (same
+// seed) is accepted; the checkpoint's calibration, or one of another seed, is another model's.
+TEST(lowrank_folding, random_weights_take_a_calibration_of_the_same_random_weights) {
     namespace fs = std::filesystem;
     const fs::path bare = fs::temp_directory_path() / "kvcomp_lowrank_config_only";
     fs::create_directories(bare);
-    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json",
-                  fs::copy_options::overwrite_existing);
-    auto cfg = config("cpu", "fdc");  // the calibration of the checkpoint in tiny_dir()
+    fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json", fs::copy_options::overwrite_existing);
+    engine::calibrate_config cc;
+    cc.model_dir = bare.string(), cc.backend = "cpu", cc.f32_weights = true;
+    cc.random_weights = true, cc.weight_seed = 7;
+    cc.method = hl::lowrank_method::fdc;
+    cc.prompts = {random_tokens(64, 13)};
+    cc.compression = 0.5;
+    const std::string file = (fs::temp_directory_path() / "kvcomp_lowrank_random_fdc.safetensors").string();
+    hl::write_calibration(file, engine::run_calibration(cc).calib);
+
+    auto cfg = config("cpu", "fdc", {{"calib", file}});
     cfg.model_dir = bare.string();
-    cfg.random_weights = true;
-    engine::engine e(cfg);
-    EXPECT_EQ(e.prompt_logits(random_tokens(8, 3)).size(), size_t(8 * spec().vocab));
+    cfg.random_weights = true, cfg.weight_seed = 7;
+    {
+        engine::engine e(cfg);
+        EXPECT_EQ(e.prompt_logits(random_tokens(8, 3)).size(), size_t(8 * spec().vocab));
+    }
+    cfg.weight_seed = 8;
+    test::expect_error([&] { engine::engine e(cfg); }, status::invalid_argument, {file, "model_hash"});
+    cfg.weight_seed = 7;
+    cfg.method_opts["calib"] = calib_file("fdc");  // made on the checkpoint in tiny_dir()
+    test::expect_error([&] { engine::engine e(cfg); }, status::invalid_argument, {"model_hash"});
 }
 
 // --- errors (CPU) -----------------------------------------------------------------------------------

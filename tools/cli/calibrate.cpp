@@ -98,7 +98,7 @@ int run_calibrate(int argc, char ** argv) {
         "chunk", po::value<long>()->default_value(0), "tokens per prompt (0: the model's context)")(
         "seed", po::value<unsigned long>()->default_value(1), "fdc: seed of the random token ids")(
         "random-weights", "read only config.json and calibrate the random-weight model kvcomp bench runs "
-                          "(fdc/palu; fdc draws ids from the whole vocabulary when DIR has no tokenizer)")(
+                          "(with no tokenizer in DIR, zack and fdc draw ids uniformly from the whole vocabulary)")(
         "weight-seed", po::value<unsigned long>()->default_value(1), "seed of --random-weights")(
         "removal-rate", po::value<double>(), "singular-value removal rate r in [0, 1] (default 0.1)")(
         "compression", po::value<double>(), "overall KV compression target in [0, 1) instead of a removal rate")(
@@ -144,7 +144,9 @@ int run_calibrate(int argc, char ** argv) {
         KVCOMP_CHECK_ARG(n > 0, "--tokens must be positive, got ", n);
         KVCOMP_CHECK_ARG(chunk_opt >= 0, "--chunk must be >= 0, got ", chunk_opt);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
-        if (cfg.method == host::lowrank::lowrank_method::fdc && cfg.random_weights && !has_tokenizer(cfg.model_dir)) {
+        // Random weights carry no language, so text has nothing to teach them: without a tokenizer
+        // both capture methods calibrate on uniform ids (what the speed benchmarks need).
+        if (cfg.method != host::lowrank::lowrank_method::palu && cfg.random_weights && !has_tokenizer(cfg.model_dir)) {
             const auto ids = uniform_token_ids(mc.vocab_size, n, vm["seed"].as<unsigned long>());
             cfg.prompts = engine::chunk_prompts(ids, calibration_chunk(mc, chunk_opt), -1);
         } else if (cfg.method != host::lowrank::lowrank_method::palu) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the low-rank KV methods (zack, fdc, palu) on the default model into
 # docs/data/eval_lowrank_methods.csv: line retrieval at 1K and 2K tokens and perplexity at 1K, at
-# overall KV compressions p = 0.3 .. 0.7 (ranks re-chosen at load from one full calibration file per
+# overall KV compressions p = 0.1 .. 0.7 (ranks re-chosen at load from one full calibration file per
 # method), each point next to the uncompressed cache (none) of the same run; then prints, per
 # method, the largest p that keeps >= 99 % of none's score on every task (perplexity: none / ppl).
 # Calibration: zack on the default corpus (MODEL/heldout.txt), fdc on random token ids, palu from
@@ -10,16 +10,16 @@
 # `python3 tools/report/make_results.py`.
 #   BACKEND (default opencl:0; cpu runs the CPU reference, several times slower),
 #   BIN (default build/bin), OUT (default docs/data), EXAMPLES (default 4), CALIB (default
-#   build/calib_lowrank), POINTS (default 0.3,0.4,0.5,0.6,0.7)
+#   build/calib_lowrank), POINTS (default 0.1,...,0.7), COMMIT (default git HEAD; the GPU host has no .git)
 set -euo pipefail
 bin=${BIN:-build/bin}
 backend=${BACKEND:-opencl:0}
 out=${OUT:-docs/data}
 examples=${EXAMPLES:-4}
 calib=${CALIB:-build/calib_lowrank}
-points=${POINTS:-0.3,0.4,0.5,0.6,0.7}
+points=${POINTS:-0.1,0.2,0.3,0.4,0.5,0.6,0.7}
 model=tools/model/default
-commit=$(git rev-parse --short=12 HEAD)
+commit=${COMMIT:-$(git rev-parse --short=12 HEAD)}
 csv="$out/eval_lowrank_methods.csv"
 mkdir -p "$out" "$calib"
 t0=$(date +%s)
