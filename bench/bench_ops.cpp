@@ -43,6 +43,7 @@ struct options {
     std::vector<int64_t> contexts{4096, 32768, 131072};
     std::vector<int64_t> batches{1, 16};
     std::vector<std::pair<int64_t, int64_t>> prefill{{1, 4096}, {16, 4096}, {1, 32768}};  // batch x length
+    std::vector<int64_t> worker_scales{1};  // low-rank decode schedules for compute_units x each
     int reps = 20, warmup = 3;
     int64_t copy_mib = 0;  // 0: by device kind
     std::string csv, commit = KVCOMP_GIT_SHA;
@@ -60,6 +61,8 @@ void usage() {
         "  --batches LIST    decode batches (default 1,16)\n"
         "  --prefill LIST    causal prefill shapes BATCHxLENGTH, comma list, K = 1024\n"
         "                    (default 1x4K,16x4K,1x32K; 'none' to skip)\n"
+        "  --worker-scales L low-rank decode: also schedule for compute_units x each (default 1;\n"
+        "                    rows of scale s > 1 are named decode_lowrank_*_xS_*)\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
@@ -142,6 +145,8 @@ bool parse(int argc, char ** argv, options & o) {
             o.batches = parse_sizes(value());
         } else if (a == "--prefill") {
             o.prefill = parse_prefill(value());
+        } else if (a == "--worker-scales") {
+            o.worker_scales = parse_sizes(value());
         } else if (a == "--reps") {
             o.reps = std::max(1, std::stoi(value()));
         } else if (a == "--warmup") {
@@ -324,26 +329,30 @@ bool bench_device(const device_entry & dev, const options & o) {
     };
     const rank_profile profiles[] = {{"p50", {32, 48, 64, 64, 80, 96, 112, 128}, {16, 32, 32, 48, 64, 64, 64, 80}},
                                      {"p70", {16, 16, 32, 32, 48, 48, 64, 80}, {16, 16, 16, 32, 32, 48, 48, 64}}};
+    // More tasks than compute units (scale > 1) lets several work-groups share a unit: what the
+    // fp16 kernels do to keep enough loads in flight.
     for (const auto & prof : profiles)
-        for (int kind = 0; kind < 3; ++kind)  // plain, balanced, palu
-            for (int64_t batch : o.batches)
-                for (int64_t ctx : o.contexts) {
-                    ragged_spec rs;
-                    rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
-                    rs.lens.assign(size_t(batch), ctx);
-                    rs.extra_pages = 0;
-                    rs.workers = std::max<int64_t>(1, dev.info.compute_units);
-                    rs.policy = kind == 0 ? host::lowrank::decode_policy::plain : host::lowrank::decode_policy::balanced;
-                    case_ptr c = make_ragged_decode_case(rs, kind == 2);
-                    row w;
-                    ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                    w.op = std::string(kind == 2 ? "decode_palu_" : kind == 0 ? "decode_lowrank_plain_"
-                                                                              : "decode_lowrank_balanced_") +
-                           prof.name;
-                    w.batch = batch;
-                    w.context = ctx;
-                    rep.emit(w);
-                }
+        for (int64_t scale : o.worker_scales)
+            for (int kind = 0; kind < 3; ++kind)  // plain, balanced, palu
+                for (int64_t batch : o.batches)
+                    for (int64_t ctx : o.contexts) {
+                        ragged_spec rs;
+                        rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
+                        rs.lens.assign(size_t(batch), ctx);
+                        rs.extra_pages = 0;
+                        rs.workers = std::max<int64_t>(1, dev.info.compute_units) * scale;
+                        rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
+                                              : host::lowrank::decode_policy::balanced;
+                        case_ptr c = make_ragged_decode_case(rs, kind == 2);
+                        row w;
+                        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+                        w.op = std::string(kind == 2 ? "decode_palu_" : kind == 0 ? "decode_lowrank_plain_"
+                                                                                  : "decode_lowrank_balanced_") +
+                               (scale > 1 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
+                        w.batch = batch;
+                        w.context = ctx;
+                        rep.emit(w);
+                    }
     // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes;
     // then the low-rank prefill on the 50% profile, row blocks balanced per head and plain.
     for (const auto & [batch, len] : o.prefill) {
