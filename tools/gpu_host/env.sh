@@ -19,7 +19,14 @@ export KVCOMP_CL_CACHE_DIR=/tmp/kvcomp_cl_cache
 
 # Shared by the visit scripts: the carried binaries, the output folder, the commit they were built
 # from, and a runner that logs each step with its exit code.
+# The binaries travel xz-compressed (.carry/bin.tar.xz, with the checkout under the carry limit);
+# an unpacked .carry/bin is used as is.
 B=.carry/bin
+if [ -f "$KVCOMP_CARRY/bin.tar.xz" ]; then
+  mkdir -p /tmp/kvcomp_bin
+  tar -xJf "$KVCOMP_CARRY/bin.tar.xz" -C /tmp/kvcomp_bin
+  B=/tmp/kvcomp_bin/bin
+fi
 OUT=${OUT:-/tmp/kvcomp_out}
 mkdir -p "$OUT"
 commit=$(cat .carry/commit 2>/dev/null || echo unknown)

@@ -25,6 +25,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
+from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -34,7 +35,9 @@ ap.add_argument("--plots", default="docs/plots")
 a = ap.parse_args()
 d = a.data
 os.makedirs(a.plots, exist_ok=True)
-results = load_results(d)
+all_results = load_results(d)
+# The low-rank methods have their own section (accuracy by compression p, their own GPU visit).
+results = [r for r in all_results if r["source"] not in LOWRANK_SOURCES]
 
 
 def rows(name):
@@ -248,6 +251,9 @@ if e2e:
         out.append(f"| {r['method']} | {r['backend']} | {r['batch']} | {r['prompt']} | {float(r['ttft_ms']):.0f} | {float(r['tbt_ms']):.2f} | "
                    f"{float(r['decode_tok_s']):.1f} | {kvb} | {float(r['floor_ms']):.2f} | {float(r['tbt_over_floor']):.2f} | {hcols} |")
     out.append("")
+
+out += lowrank_section(d, all_results)
+
 
 def compare_lines(log):
     """(our weights, reference file, "backend (device): logits NMSE x, greedy n tokens agree") for every

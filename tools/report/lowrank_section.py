@@ -1,0 +1,132 @@
+"""The low-rank KV methods' part of docs/RESULTS.md (ZACK, FDC, Palu; issue 5), from
+  eval_lowrank_methods.csv    kvcomp sweep over compression p (tools/report/measure_lowrank_methods.sh)
+  bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
+  bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
+Every number is read from those files; nothing is typed here.
+"""
+import os
+import re
+
+from results_data import opts, provenance, read_dicts
+
+SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv")  # kept out of the generic sections
+LOWRANK = ("zack", "fdc", "palu")
+
+
+def compression_of(r):
+    m = re.search(r"compression=([0-9.]+)", r["method_opts"])
+    return float(m.group(1)) if m else None
+
+
+def _accuracy(rows):
+    if not rows:
+        return []
+    out = ["### Accuracy versus compression (default model)", "",
+           f"`tools/report/measure_lowrank_methods.sh` on {provenance(rows)}: one calibration per method at",
+           "removal rate 0 (zack: the default corpus `heldout.txt`; fdc: random token ids; palu: SVD of W_K / W_V),",
+           "ranks re-chosen at load for each overall KV compression p (multiples of 16); line retrieval at 1K and 2K",
+           "(exact match) and perplexity at 1K on the same examples as the uncompressed cache (`none`) of the same",
+           "run. Cells: the fraction of none's score kept (perplexity: none / method). The target is ≥ 0.99 on every",
+           "task.", ""]
+    cells, removed, ex = {}, {}, {}
+    tasks = sorted({(r["task"], int(r["context"])) for r in rows if r["method"] in LOWRANK})
+    for r in rows:
+        p = compression_of(r)
+        if r["method"] not in LOWRANK or p is None or r["baseline_value"] in ("", None):
+            continue
+        v, b = float(r["value"]), float(r["baseline_value"])
+        frac = b / v if r["metric"] == "perplexity" else (v / b if b > 0 else float("nan"))
+        cells.setdefault((r["method"], p), {})[(r["task"], int(r["context"]))] = frac
+        removed[(r["method"], p)] = 1 - float(r["kv_bytes"]) / float(r["kv_bytes_baseline"])
+        ex[r["task"]] = r["examples"]
+    head = " | ".join(f"{t}@{c}" for t, c in tasks)
+    out += [f"| method | p | KV bytes removed | {head} | all ≥ 0.99 |", "|---|---|---|" + "---|" * len(tasks) + "---|"]
+    best = {}
+    for (m, p) in sorted(cells, key=lambda k: (LOWRANK.index(k[0]), k[1])):
+        c = cells[(m, p)]
+        ok = all(c.get(t, 0) >= 0.99 for t in tasks)
+        if ok:
+            best[m] = max(best.get(m, 0), p)
+        out.append(f"| {m} | {p:.1f} | {removed[(m, p)]:.3f} | " +
+                   " | ".join(f"{c[t]:.3f}" if t in c else "–" for t in tasks) + f" | {'yes' if ok else 'no'} |")
+    base = [r for r in rows if r["method"] == "none"]
+    out += ["", "Uncompressed scores (none): " + ", ".join(
+        f"{r['task']}@{r['context']} {float(r['value']):.3f}" for r in sorted(base, key=lambda r: (r["task"], int(r["context"])))) +
+        f"; examples per point: " + ", ".join(f"{t} {n}" for t, n in sorted(ex.items())) + ".", "",
+        "Largest p keeping ≥ 99 % of none on every task: " +
+        ", ".join(f"{m} {best[m]:.1f}" if m in best else f"{m}: none of the points" for m in LOWRANK) + ".", ""]
+    return out
+
+
+def _kernels(ops):
+    lr = [r for r in ops if r["op"].startswith(("decode_lowrank", "decode_palu")) and r["time_ms"]]
+    if not lr:
+        return []
+    fp16 = {(r["backend"], r["batch"], r["context"]): float(r["time_ms"]) for r in ops
+            if r["op"] == "decode_fp16" and r["time_ms"]}
+    out = ["### Decode attention on uneven ranks (bench_ops, same run as its fp16 row)", "",
+           f"`bench_ops --set none` on {ops[0]['device']}, commit `{ops[0]['commit']}`, {ops[0]['date'][:10]}: 32 query",
+           "heads, 8 KV heads (GQA 4), per-KV-head widths of the profile (p50: K 32..128 / V 16..80, half of the",
+           "fp16 dims; p70: K 16..80 / V 16..64, 29.7 % of them), page size 16. `plain`: equal token chunks;",
+           "`balanced`: tasks costed s_kv·(d_k + d_v + 1), longest first (paper §5.3); `palu`: latent pre-RoPE K",
+           "reconstructed and rotated every step (a CUDA-core kernel, no tensor cores). GB/s counts the compressed",
+           "bytes read; the target is time ≤ 1.2 × bytes / copy bandwidth (fraction ≥ 0.83).", "",
+           "| kernel | backend | batch | context | time ms | fraction of copy | fp16 decode ms | fp16 / this |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in lr:
+        t = float(r["time_ms"])
+        f = fp16.get((r["backend"], r["batch"], r["context"]))
+        vs = f"{f:.4g} | {f / t:.2f}" if f else "– | –"
+        out.append(f"| {r['op'][7:]} | {r['backend']} | {r['batch']} | {r['context']} | {t:.4g} | "
+                   f"{float(r['fraction_of_copy']):.3f} | {vs} |")
+    pre = [r for r in ops if r["op"].startswith(("prefill_fp16", "prefill_lowrank")) and r["time_ms"]]
+    if pre:
+        out += ["", "Prefill attention, same run (`prefill_lowrank_*`: attn_prefill_ragged on the p50 widths, row",
+                "blocks balanced per head or plain; `prefill_fp16`: the tensor-core attn_prefill at full width):", "",
+                "| kernel | backend | batch | prompt | time ms |", "|---|---|---|---|---|"]
+        for r in pre:
+            out.append(f"| {r['op']} | {r['backend']} | {r['batch']} | {r['context']} | {float(r['time_ms']):.4g} |")
+    return out + [""]
+
+
+def _e2e(rows):
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["method"], compression_of(r), r["backend"], int(r["batch"]), int(r["context"])), {})[r["metric"]] = r
+    if not pts:
+        return []
+    none = {k[2:]: v for k, v in pts.items() if k[0] == "none"}
+    out = ["### End to end at Llama-3-8B shapes, random weights (kvcomp bench)", "",
+           f"`tools/gpu_host/run_lowrank.sh` on {provenance(rows)}: each method calibrated on the random-weight",
+           "model itself (8192 uniform token ids; the config has no tokenizer), ranks for compression p re-chosen",
+           "at load; 16 generated tokens; TTFT until every request has its first token, TBT the median gap; none is",
+           "the fp16 cache in the same visit. KV bytes: the batch's cache at its last step.", "",
+           "| method | p | backend | batch | prompt | TTFT ms | TTFT / none | TBT ms | TBT / none | KV bytes | KV / none |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(pts, key=lambda k: (k[0] != "none", k[0], k[1] or 0, k[2], k[3], k[4])):
+        m, p, be, b, ctx = key
+        v = {k: float(r["value"]) for k, r in pts[key].items()}
+        n = {k: float(r["value"]) for k, r in none.get((be, b, ctx), {}).items()}
+        rel = lambda k: f"{v[k] / n[k]:.2f}" if k in n and k in v and n[k] else "–"
+        out.append(f"| {m} | {'' if p is None else f'{p:.1f}'} | {be} | {b} | {ctx} | {v.get('ttft_ms', float('nan')):.0f} | "
+                   f"{rel('ttft_ms')} | {v.get('tbt_ms', float('nan')):.2f} | {rel('tbt_ms')} | "
+                   f"{v.get('kv_bytes_batch', float('nan')):.4g} | {rel('kv_bytes_batch')} |")
+    # FDC against Palu at the same point (the paper's comparison: -64 % TBT at 32K).
+    pairs = []
+    for (m, p, be, b, ctx), ms in pts.items():
+        q = pts.get(("palu", p, be, b, ctx))
+        if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
+            pairs.append(f"p {p:.1f}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
+    if pairs:
+        out += ["", "Palu TBT over FDC TBT (target ≥ 1.5 at 32K): " + "; ".join(sorted(pairs)) + "."]
+    return out + [""]
+
+
+def lowrank_section(data_dir, results):
+    ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
+    be = [r for r in results if r["source"] == "bench_lowrank.csv"]
+    ops = read_dicts(os.path.join(data_dir, "bench_ops_lowrank_h100.csv"))
+    body = _accuracy(ev) + _kernels(ops) + _e2e(be)
+    if not body:
+        return []
+    return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
