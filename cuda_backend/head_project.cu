@@ -14,6 +14,12 @@
 // meet the oracle's tolerance).
 // Registers: ptxas (CUDA 13, sm_90) fits the kernel in 127 registers without spills under
 // __launch_bounds__(128, 4), so 4 blocks (16 warps) share an SM.
+// Few tokens (decode steps: n_tokens <= kSmallMaxTokens) take head_project_small_kernel instead: the
+// tiled kernel's block would walk every column tile and k-step of a mostly empty 128-token tile
+// (4 x 8 dependent global loads and barriers for a 128-wide head: tens of microseconds per call,
+// twice per layer per decode step). The small kernel gives each block one head, a 64-column chunk
+// and up to 8 tokens; 4 slices of 64 threads split the input dims (k) and add their partials in shared
+// memory, so a thread issues in_width / 4 independent coalesced basis loads.
 // Columns no head names are never written. Widths come from the table (device memory) and are
 // clamped to [0, max_ragged_width]; ranges are trusted (the host checks them).
 #include <climits>
@@ -131,6 +137,57 @@ __global__ void __launch_bounds__(kThreads, 4) head_project_kernel(const project
     }
 }
 
+constexpr int kSmallTok = 8, kSmallCols = 64, kSmallSlices = 4;
+constexpr int kSmallThreads = kSmallCols * kSmallSlices;
+constexpr int64_t kSmallMaxTokens = 64;
+
+__global__ void __launch_bounds__(kSmallThreads) head_project_small_kernel(const project_args a) {
+    __shared__ float xs[kSmallTok][max_ragged_width];
+    __shared__ float part[kSmallSlices - 1][kSmallTok][kSmallCols];
+
+    const int h = blockIdx.y;
+    const int in_off = a.table[5 * h], in_w = min(max(a.table[5 * h + 1], 0), int(max_ragged_width));
+    const int64_t b_off = a.table[5 * h + 2];
+    const int out_off = a.table[5 * h + 3], out_w = min(max(a.table[5 * h + 4], 0), int(max_ragged_width));
+    const int n0 = int(blockIdx.z) * kSmallCols;
+    if (n0 >= out_w) return;  // uniform across the block: a narrower head than the grid's widest
+    const int64_t t0 = int64_t(blockIdx.x) * kSmallTok;
+    const int nt = int(a.n_tokens - t0 < kSmallTok ? a.n_tokens - t0 : int64_t(kSmallTok));
+
+    for (int e = threadIdx.x; e < kSmallTok * in_w; e += kSmallThreads) {
+        const int t = e / in_w, i = e % in_w;
+        xs[t][i] = t < nt ? a.x[(t0 + t) * a.in_total + in_off + i] : 0.0f;
+    }
+    __syncthreads();
+
+    const int j = threadIdx.x % kSmallCols, slice = threadIdx.x / kSmallCols, n = n0 + j;
+    const int k_per = (in_w + kSmallSlices - 1) / kSmallSlices;
+    const int k_begin = slice * k_per, k_end = min(in_w, k_begin + k_per);
+    float acc[kSmallTok];
+#pragma unroll
+    for (int t = 0; t < kSmallTok; ++t) acc[t] = 0.0f;
+    if (n < out_w) {
+        const float * b = a.bases + b_off + n;
+#pragma unroll 8
+        for (int k = k_begin; k < k_end; ++k) {
+            const float bv = __ldg(b + int64_t(k) * out_w);
+#pragma unroll
+            for (int t = 0; t < kSmallTok; ++t) acc[t] = fmaf(xs[t][k], bv, acc[t]);
+        }
+    }
+    if (slice > 0)
+#pragma unroll
+        for (int t = 0; t < kSmallTok; ++t) part[slice - 1][t][j] = acc[t];
+    __syncthreads();
+    if (slice == 0 && n < out_w)
+        for (int t = 0; t < nt; ++t) {
+            float sum = acc[t];
+#pragma unroll
+            for (int s2 = 0; s2 < kSmallSlices - 1; ++s2) sum += part[s2][t][j];
+            a.dst[(t0 + t) * a.out_total + out_off + n] = sum;
+        }
+}
+
 }  // namespace
 
 support supports_head_project(const op_desc & op) {
@@ -154,8 +211,14 @@ void run_head_project(context & ctx, const op_desc & op) {
     a.in_total = p.in_total;
     a.out_total = p.out_total;
     a.n_basis = p.n_basis;
-    const dim3 grid(unsigned((p.n_tokens + kBM - 1) / kBM), unsigned(p.n_heads));
-    head_project_kernel<<<grid, kThreads, 0, ctx.stream>>>(a);
+    if (p.n_tokens <= kSmallMaxTokens) {
+        const dim3 grid(unsigned((p.n_tokens + kSmallTok - 1) / kSmallTok), unsigned(p.n_heads),
+                        unsigned((max_ragged_width + kSmallCols - 1) / kSmallCols));
+        head_project_small_kernel<<<grid, kSmallThreads, 0, ctx.stream>>>(a);
+    } else {
+        const dim3 grid(unsigned((p.n_tokens + kBM - 1) / kBM), unsigned(p.n_heads));
+        head_project_kernel<<<grid, kThreads, 0, ctx.stream>>>(a);
+    }
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
