@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -11,9 +12,22 @@
 
 namespace kvcomp::test {
 
-// The CPU reference and the first device of each other compiled-in API (cuda:0, opencl:0).
+// The CPU reference and the first device of each other compiled-in API (cuda:0, opencl:0), or the
+// comma-separated devices of $KVCOMP_TEST_BACKENDS (e.g. "cuda:0,opencl:1" on a host whose first
+// OpenCL device is PoCL on the CPU).
 inline std::vector<std::string> backends_to_test() {
     std::vector<std::string> names, apis;
+    if (const char * env = std::getenv("KVCOMP_TEST_BACKENDS"); env && *env) {
+        std::string list = env, cur;
+        for (char c : list + ",")
+            if (c == ',') {
+                if (!cur.empty()) names.push_back(cur);
+                cur.clear();
+            } else {
+                cur += c;
+            }
+        return names;
+    }
     for (const auto & d : list_devices())
         if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
             apis.push_back(d.info.api);

@@ -19,7 +19,7 @@ namespace {
 
 engine::kv_shape shape() {
     engine::kv_shape s;
-    s.n_layers = 2, s.n_q_heads = 4, s.n_kv_heads = 2, s.head_dim = 32;
+    s.n_layers = 2, s.n_q_heads = 4, s.n_kv_heads = 2, s.head_dim = 64;  // CUDA's prefill has 64 and 128
     s.n_pages = 64, s.page_size = 16, s.max_requests = 4;
     return s;
 }
