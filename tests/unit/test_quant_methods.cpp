@@ -199,9 +199,10 @@ TEST_P(quant_methods_on, eight_bit_is_close_and_error_grows_as_bits_shrink) {
     // (zipcache) on cpu and PoCL, against 6e-4 for 4-bit and 1.7e-2 for 2-bit kivi).
     EXPECT_LE(k8, 1e-4);
     EXPECT_LE(z8, 1e-4);
-    // ... but quantized: clearly above the exact-path tolerance.
-    EXPECT_GT(k8, 100 * test::logits_tolerance(GetParam()));
-    EXPECT_GT(z8, 100 * test::logits_tolerance(GetParam()));
+    // ... but quantized: clearly above the exact-path tolerance (10x: CUDA's tolerance is 1e-7 and
+    // its 8-bit NMSE 2.3e-6, measured on an H100).
+    EXPECT_GT(k8, 10 * test::logits_tolerance(GetParam()));
+    EXPECT_GT(z8, 10 * test::logits_tolerance(GetParam()));
     // Monotone in bits, by clear margins (each 2 bits fewer is ~16x the step).
     EXPECT_GT(k4, 4 * k8);
     EXPECT_GT(k2, 4 * k4);
