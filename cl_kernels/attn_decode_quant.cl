@@ -57,18 +57,7 @@ inline void kvc_softmax_tile(const float * s, int tn, local float4 * s4, local f
     for (int g = 0; g < GB; ++g) s_l[tid * GBP + g] = s[g];
     barrier(CLK_LOCAL_MEM_FENCE);
     float mt[GBP];
-#pragma unroll
-    for (int g = 0; g < GBP; ++g) mt[g] = -INFINITY;
-    for (int j = 0; j < tn; ++j) {
-#pragma unroll
-        for (int k = 0; k < GBP / 4; ++k) {
-            const float4 v = s4[j * (GBP / 4) + k];
-            mt[4 * k] = fmax(mt[4 * k], v.x);
-            mt[4 * k + 1] = fmax(mt[4 * k + 1], v.y);
-            mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
-            mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
-        }
-    }
+    kvc_tile_max(s4, tn, GBP, mt);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
         const float mn = fmax(st->m[g], mt[g]);  // finite: the tile has a token

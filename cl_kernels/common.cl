@@ -55,6 +55,21 @@ inline ushort kvc_f32_to_bf16(float f) {
 #define KVC_LDA4_1(p, i) vloada_half4((i), (p))
 #define KVC_LOADA4(dt, p, i) KVC_CAT(KVC_LDA4_, dt)(p, i)
 
+// The maximum of each head's scores over a tile: s4 holds tn rows of gbp floats ([token][head],
+// gbp a multiple of 4, as float4). The decode kernels call it with their compile-time GBP, so the
+// loops are fully known after inlining.
+inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
+    for (int g = 0; g < gbp; ++g) mt[g] = -INFINITY;
+    for (int j = 0; j < tn; ++j)
+        for (int k = 0; k < gbp / 4; ++k) {
+            const float4 v = s4[j * (gbp / 4) + k];
+            mt[4 * k] = fmax(mt[4 * k], v.x);
+            mt[4 * k + 1] = fmax(mt[4 * k + 1], v.y);
+            mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
+            mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
+        }
+}
+
 // Split-KV merge of element d of one (request, query head) row hr: part holds, per split, the row's
 // partial output [n_splits, head_dim] and, from ml_off on, the splits' (running max, sum) pairs in
 // log2 units. Returns the merged output (0 for a row without tokens) and sets *log2_den to log2 of
