@@ -7,7 +7,8 @@ Every number is read from those files; nothing is typed here.
 import os
 import re
 
-from results_data import opts, provenance, read_dicts
+from bench_table import bench_points, bench_vs_none
+from results_data import provenance, read_dicts
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
@@ -90,28 +91,16 @@ def _kernels(ops):
 
 
 def _e2e(rows):
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["method"], compression_of(r), r["backend"], int(r["batch"]), int(r["context"])), {})[r["metric"]] = r
-    if not pts:
+    if not rows:
         return []
-    none = {k[2:]: v for k, v in pts.items() if k[0] == "none"}
     out = ["### End to end at Llama-3-8B shapes, random weights (kvcomp bench)", "",
            f"`tools/gpu_host/run_lowrank.sh` on {provenance(rows)}: each method calibrated on the random-weight",
            "model itself (8192 uniform token ids; the config has no tokenizer), ranks for compression p re-chosen",
            "at load; 16 generated tokens; TTFT until every request has its first token, TBT the median gap; none is",
-           "the fp16 cache in the same visit. KV bytes: the batch's cache at its last step.", "",
-           "| method | p | backend | batch | prompt | TTFT ms | TTFT / none | TBT ms | TBT / none | KV bytes | KV / none |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(pts, key=lambda k: (k[0] != "none", k[0], k[1] or 0, k[2], k[3], k[4])):
-        m, p, be, b, ctx = key
-        v = {k: float(r["value"]) for k, r in pts[key].items()}
-        n = {k: float(r["value"]) for k, r in none.get((be, b, ctx), {}).items()}
-        rel = lambda k: f"{v[k] / n[k]:.2f}" if k in n and k in v and n[k] else "–"
-        out.append(f"| {m} | {'' if p is None else f'{p:.1f}'} | {be} | {b} | {ctx} | {v.get('ttft_ms', float('nan')):.0f} | "
-                   f"{rel('ttft_ms')} | {v.get('tbt_ms', float('nan')):.2f} | {rel('tbt_ms')} | "
-                   f"{v.get('kv_bytes_batch', float('nan')):.4g} | {rel('kv_bytes_batch')} |")
+           "the fp16 cache in the same visit. KV bytes: the batch's cache at its last step.", ""]
+    out += bench_vs_none(rows, param=compression_of, param_name="p")
     # FDC against Palu at the same point (the paper's comparison: -64 % TBT at 32K).
+    pts = bench_points(rows, compression_of)
     pairs = []
     for (m, p, be, b, ctx), ms in pts.items():
         q = pts.get(("palu", p, be, b, ctx))

@@ -25,6 +25,7 @@ except ImportError:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
+from bench_table import bench_vs_none  # noqa: E402
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -62,7 +63,10 @@ out = ["# kvcomp results", "",
 acc = [r for r in results if r["task"] != "bench" and r["task"] != "needle" or
        r["task"] == "needle" and opts(r["task_opts"]).get("haystack") == "keys"]
 prose = [r for r in results if r["task"] == "needle" and opts(r["task_opts"]).get("haystack") == "text"]
-bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["source"] != "bench_e2e.csv"]
+# Bench rows of random weights are GPU-host runs at Llama-3-8B shapes (their own tables below).
+bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["source"] != "bench_e2e.csv"
+            and "random_weights" not in opts(r["task_opts"])]
+quant_e2e = [r for r in results if r["source"] == "bench_quant_ttft.csv"]
 
 
 def kv_cell(r):
@@ -252,6 +256,13 @@ if e2e:
                    f"{float(r['decode_tok_s']):.1f} | {kvb} | {float(r['floor_ms']):.2f} | {float(r['tbt_over_floor']):.2f} | {hcols} |")
     out.append("")
 
+if quant_e2e:
+    out += ["### Quantized caches end to end: TTFT with saliency (kvcomp bench)", "",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(quant_e2e)}, methods at their",
+            "defaults (kivi: 2 bits, groups of 32, 32 residual tokens; zipcache: ratio 0.4 of 4/2 bits, blocks of 100,",
+            "probes 5 % recent + 5 % random), 16 generated tokens, none in the same visit. ZipCache's TTFT includes the",
+            "probe attention (probe_scores) and the per-head top-r selection of every layer; the target is ≤ 1.10 × none.", ""]
+    out += bench_vs_none(quant_e2e) + [""]
 out += lowrank_section(d, all_results)
 
 
