@@ -10,7 +10,8 @@
 # `python3 tools/report/make_results.py`.
 #   BACKEND (default opencl:0; cpu runs the CPU reference, several times slower),
 #   BIN (default build/bin), OUT (default docs/data), EXAMPLES (default 4), CALIB (default
-#   build/calib_lowrank), POINTS (default 0.1,...,0.7), COMMIT (default git HEAD; the GPU host has no .git)
+#   build/calib_lowrank), POINTS (default 0.1,...,0.7), COMMIT (default git HEAD; the GPU host has no .git),
+#   RANK_MULTIPLE (ranks rounded up to a multiple of it; default the method's 16)
 set -euo pipefail
 bin=${BIN:-build/bin}
 backend=${BACKEND:-opencl:0}
@@ -28,14 +29,14 @@ for m in zack fdc palu; do
   file="$calib/$m.safetensors"
   # r = 0: ranks re-chosen per point from the file's singular values (the file's own ranks unused).
   [ -f "$file" ] || "$bin/kvcomp" calibrate -m $model --method $m -b "$backend" --removal-rate 0 --out "$file"
-  for p in ${points//,/ }; do methods+=(--methods "$m:calib=$file,compression=$p"); done
+  for p in ${points//,/ }; do methods+=(--methods "$m:calib=$file,compression=$p${RANK_MULTIPLE:+,rank_multiple=$RANK_MULTIPLE}"); done
 done
 "$bin/kvcomp" sweep -m $model -b "$backend" --commit "$commit" --csv "$csv" "${methods[@]}" \
   --tasks line_retrieval --contexts 1024,2048 --examples "$examples"
 "$bin/kvcomp" sweep -m $model -b "$backend" --commit "$commit" --csv "$csv" "${methods[@]}" \
   --tasks perplexity --contexts 1024 --examples "$examples"
 echo "measure: took $(( $(date +%s) - t0 )) s" >&2
-python3 - "$csv" <<'PY'
+python3 - "$csv" "${RANK_MULTIPLE:-}" <<'PY'
 # Largest compression per method whose every (task, context) keeps >= 99 % of none's score.
 import csv, re, sys
 from collections import defaultdict
@@ -45,6 +46,9 @@ measured = {}
 for r in rows:
     m = re.search(r"compression=([0-9.]+)", r["method_opts"])
     if r["method"] not in ("zack", "fdc", "palu") or not m or not r["baseline_value"]:
+        continue
+    mult = re.search(r"rank_multiple=([0-9]+)", r["method_opts"])
+    if (mult.group(1) if mult else "16") != (sys.argv[2] or "16"):
         continue
     v, b = float(r["value"]), float(r["baseline_value"])
     frac = b / v if r["metric"] == "perplexity" else (v / b if b > 0 else float("nan"))
