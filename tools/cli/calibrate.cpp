@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/lowrank_ranks.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "engine/calibrate.h"
@@ -36,27 +37,14 @@ void print_summary(const calibration & c, const std::string & out, int64_t token
         j["model_hash"] = c.model_hash, j["tokens"] = tokens, j["prompts"] = prompts;
         j["removal_rate"] = c.removal_rate, j["rank_multiple"] = c.rank_multiple;
         j["compression"] = r.compression(), j["kept_dims"] = r.kept_dims(), j["full_dims"] = r.full_dims();
-        j["ranks"] = {{"k", nlohmann::json::array()}, {"v", nlohmann::json::array()}};
-        for (int64_t l = 0; l < r.num_layers; ++l) {
-            const auto b = r.k.begin() + l * r.num_kv_heads, bv = r.v.begin() + l * r.num_kv_heads;
-            j["ranks"]["k"].push_back(std::vector<int64_t>(b, b + r.num_kv_heads));
-            j["ranks"]["v"].push_back(std::vector<int64_t>(bv, bv + r.num_kv_heads));
-        }
+        j["ranks"] = ranks_json(r);
         std::printf("%s\n", j.dump(2).c_str());
         return;
     }
     std::printf("%s calibration of %s: %lld tokens in %lld prompts, removal rate %.6g, ranks multiple of %lld\n",
                 host::lowrank::lowrank_method_name(c.method), c.model_hash.c_str(), (long long)tokens,
                 (long long)prompts, c.removal_rate, (long long)c.rank_multiple);
-    std::printf("ranks (K/V per KV head, head_dim %lld):\n", (long long)r.head_dim);
-    for (int64_t l = 0; l < r.num_layers; ++l) {
-        std::printf("  layer %2lld:", (long long)l);
-        for (int64_t h = 0; h < r.num_kv_heads; ++h) {
-            const size_t i = size_t(l * r.num_kv_heads + h);
-            std::printf(" %lld/%lld", (long long)r.k[i], (long long)r.v[i]);
-        }
-        std::printf("\n");
-    }
+    print_ranks(r);
     std::printf("KV dims kept %lld of %lld: compression %.4f (KV cache x%.3f smaller)\nwrote %s\n",
                 (long long)r.kept_dims(), (long long)r.full_dims(), r.compression(), 1.0 / r.kept_fraction(),
                 out.c_str());

@@ -20,7 +20,8 @@ void print_usage(FILE * out) {
                  "  bench       time to first token, time between tokens, tokens/s, KV bytes\n"
                  "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n"
                  "  sweep       methods x settings x tasks x contexts into one CSV, resumable\n"
-                 "  calibrate   per-head bases and ranks of ZACK / FDC / Palu into a calibration file\n\n"
+                 "  calibrate   per-head bases and ranks of ZACK / FDC / Palu into a calibration file\n"
+                 "  ratesearch  the largest ZACK / FDC / Palu compression keeping 99%% of the uncompressed score\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -44,6 +45,7 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "eval") return run_eval(argc - 1, argv + 1);
     if (cmd == "sweep") return run_sweep(argc - 1, argv + 1);
     if (cmd == "calibrate") return run_calibrate(argc - 1, argv + 1);
+    if (cmd == "ratesearch") return run_ratesearch(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;

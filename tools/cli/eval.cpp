@@ -37,6 +37,9 @@ int run_eval(int argc, char ** argv) {
         "text-file", po::value<std::string>(),
         "greedy_agreement / perplexity: text to cut windows from; needle --haystack text: the haystack\n(default: MODEL/heldout.txt)")(
         "seed", po::value<unsigned long>()->default_value(1), "task data seed")(
+        "split", po::value<std::string>()->default_value("report"),
+        "report, or validation: the split kvcomp ratesearch tunes on (text windows half a stride later;\n"
+        "pass its --seed too, 1000003 by default, to rescore one of its probes)")(
         "csv", po::value<std::string>(), "append one row per context to this CSV")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
         "json", "print the rows as JSON");
@@ -52,6 +55,9 @@ int run_eval(int argc, char ** argv) {
         engine::engine_config cfg = engine_config_from(vm);
         const std::string task = vm["task"].as<std::string>();
         check_task(task);
+        const std::string split = vm["split"].as<std::string>();
+        KVCOMP_CHECK_ARG(split == "report" || split == "validation", "--split: unknown split '", split,
+                         "'; valid: report, validation");
         const auto contexts = parse_positive_list(vm["contexts"].as<std::string>(), "--contexts");
         const auto depths = host::parse_depths(vm["depths"].as<std::string>(), "--depths");
         const long n = vm["examples"].as<long>(), gen = vm["gen"].as<long>();
@@ -74,6 +80,7 @@ int run_eval(int argc, char ** argv) {
         eval_point proto;
         proto.task = task, proto.examples = n, proto.gen = gen, proto.seed = vm["seed"].as<unsigned long>();
         proto.text_file = text_file, proto.haystack = vm["haystack"].as<std::string>();
+        proto.validation = split == "validation";
         const auto points = task_points(proto, contexts, depths);
         progress_bar bar(long(points.size()));
         long done = 0;

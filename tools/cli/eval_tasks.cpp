@@ -58,8 +58,10 @@ void score_exact_match(engine::engine & eng, engine::engine * base, const host::
     row.kv_bytes = mine.kv_bytes, row.kv_bytes_baseline = ref.kv_bytes;
 }
 
+// `count` windows of `context` tokens spread evenly over the text; the validation split's start half
+// a stride later (eval_point::validation).
 std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, const std::string & path, int64_t context,
-                                               int64_t count) {
+                                               int64_t count, bool validation) {
     const std::string text = host::read_task_text(path);
     const auto ids = tok.encode(text);
     KVCOMP_CHECK_ARG(int64_t(ids.size()) >= context, "text file '", path, "' has ", ids.size(),
@@ -69,7 +71,7 @@ std::vector<std::vector<int32_t>> text_windows(const host::tokenizer & tok, cons
     for (int64_t i = 0; i < count; ++i) {
         std::vector<int32_t> w;
         if (tok.bos_id() >= 0) w.push_back(tok.bos_id());
-        const int64_t start = std::min<int64_t>(i * stride, int64_t(ids.size()) - context);
+        const int64_t start = std::min<int64_t>(i * stride + (validation ? stride / 2 : 0), int64_t(ids.size()) - context);
         w.insert(w.end(), ids.begin() + start, ids.begin() + start + context - int64_t(w.size()));
         out.push_back(std::move(w));
     }
@@ -106,6 +108,7 @@ std::string task_opts(const eval_point & p) {
     if (p.task == "needle") os << "depth=" << p.depth << ";haystack=" << p.haystack << (p.haystack == "text" ? ";text=" + text : "");
     else if (p.task == "greedy_agreement") os << "gen=" << p.gen << ";text=" << text;
     else if (p.task == "perplexity") os << "text=" << text;
+    if (p.validation) os << (os.tellp() > 0 ? ";" : "") << "split=validation";
     return os.str();
 }
 
@@ -129,7 +132,7 @@ void score_point(const eval_point & p, engine::engine & eng, engine::engine * ba
     } else if (task == "perplexity") {
         // First half of each window is the prompt; the second half is fed token by token
         // (teacher forcing), so every scored token reads the method's cache.
-        const auto windows = text_windows(tok, p.text_file, p.context, p.examples);
+        const auto windows = text_windows(tok, p.text_file, p.context, p.examples, p.validation);
         auto nll_of = [&](engine::engine & e, double & kv) {
             std::vector<int64_t> ids;
             for (const auto & w : windows) {
@@ -156,7 +159,7 @@ void score_point(const eval_point & p, engine::engine & eng, engine::engine * ba
         row.baseline_value = base ? nll_of(*base, kv_ref) : (kv_ref = kv_mine, row.value);
         row.kv_bytes = kv_mine, row.kv_bytes_baseline = kv_ref;
     } else {
-        const auto prompts = text_windows(tok, p.text_file, p.context, p.examples);
+        const auto prompts = text_windows(tok, p.text_file, p.context, p.examples, p.validation);
         method_run mine = run_prompts(eng, prompts, p.gen);
         method_run ref = base ? run_prompts(*base, prompts, p.gen) : mine;
         double agree = 0;

@@ -21,6 +21,12 @@ struct eval_point {
     double depth = 0.0;      // needle: where the key line goes, 0 (first) .. 1 (last)
     std::string haystack = "keys";  // needle: "keys" (distractor records) or "text" (text_file)
     std::string text_file;   // greedy_agreement / perplexity / needle (the haystack)
+    // The validation split (kvcomp ratesearch tunes on it; reports use the default split). The
+    // synthetic tasks differ only by `seed` (the caller picks one reports do not use); text windows
+    // do not depend on the seed, so here they start half a window stride later than the report
+    // split's (stride = (text tokens - context) / examples): with the same examples and
+    // context <= stride / 2 no token is in both. task_opts() then carries "split=validation".
+    bool validation = false;
 };
 
 // Throws invalid_argument naming the valid tasks.
@@ -32,7 +38,8 @@ std::vector<eval_point> task_points(const eval_point & proto, const std::vector<
                                     const std::vector<double> & depths);
 
 // The row's task_opts: what besides task, context and seed decides the task's data, e.g.
-// "depth=0.25;haystack=text;text=heldout.txt" (the text file by name, so the CSV does not carry local paths).
+// "depth=0.25;haystack=text;text=heldout.txt" (the text file by name, so the CSV does not carry local paths),
+// with ";split=validation" (or just "split=validation") on the validation split.
 std::string task_opts(const eval_point & p);
 
 // Fills row.metric, value, baseline_value, kv_bytes and kv_bytes_baseline. `base` is the engine of
