@@ -14,12 +14,23 @@
 #include "host/model/model_config.h"
 #include "host/model/safetensors.h"
 
+#include <unistd.h>
+
 namespace kvcomp::test {
 
 namespace fs = std::filesystem;
 
+std::string scratch_path(const std::string & name) {
+    static const fs::path root = [] {
+        const fs::path r = fs::temp_directory_path() / ("kvcomp_test_" + std::to_string(::getpid()));
+        fs::create_directories(r);
+        return r;
+    }();
+    return (root / name).string();
+}
+
 std::string write_tiny_model(const tiny_model_spec & s, const std::string & name) {
-    const fs::path dir = fs::temp_directory_path() / ("kvcomp_test_" + name);
+    const fs::path dir = scratch_path(name);
     fs::create_directories(dir);
     nlohmann::json cfg = {{"architectures", {s.qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
                           {"model_type", s.qwen2 ? "qwen2" : "llama"},

@@ -27,6 +27,11 @@ struct tiny_model_spec {
 // Writes DIR/config.json and DIR/model.safetensors; returns DIR (created under the temp dir).
 std::string write_tiny_model(const tiny_model_spec & spec, const std::string & name);
 
+// A path for `name` in this test process's own temporary directory (created on first use): CTest
+// runs every test in its own process, several at once with -j, so fixed paths in /tmp would have
+// one process rewrite a model or calibration file while another reads it.
+std::string scratch_path(const std::string & name);
+
 // Optional sliding window of the KV method "window": the first prefill_len tokens (the prompt)
 // attend causally to the whole prefix; every later (decoded) token at position t attends only to
 // positions max(0, t - window) .. t. window 0: full causal attention everywhere.

@@ -65,9 +65,7 @@ std::string calib_file(const std::string & method, const std::string & dir = tin
     cfg.removal_rate = 0.0;
     const auto res = engine::run_calibration(cfg);
     const std::string file =
-        (std::filesystem::temp_directory_path() /
-         ("kvcomp_lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors"))
-            .string();
+        test::scratch_path("lowrank_" + method + "_" + std::to_string(made.size()) + ".safetensors");
     hl::write_calibration(file, res.calib);
     made[key] = file;
     return file;
@@ -365,7 +363,7 @@ TEST(lowrank_folding, full_rank_with_f16_weights_and_with_a_v_bias) {
 // seed) is accepted; the checkpoint's calibration, or one of another seed, is another model's.
 TEST(lowrank_folding, random_weights_take_a_calibration_of_the_same_random_weights) {
     namespace fs = std::filesystem;
-    const fs::path bare = fs::temp_directory_path() / "kvcomp_lowrank_config_only";
+    const fs::path bare = test::scratch_path("lowrank_config_only");
     fs::create_directories(bare);
     fs::copy_file(fs::path(tiny_dir()) / "config.json", bare / "config.json", fs::copy_options::overwrite_existing);
     engine::calibrate_config cc;
@@ -374,7 +372,7 @@ TEST(lowrank_folding, random_weights_take_a_calibration_of_the_same_random_weigh
     cc.method = hl::lowrank_method::fdc;
     cc.prompts = {random_tokens(64, 13)};
     cc.compression = 0.5;
-    const std::string file = (fs::temp_directory_path() / "kvcomp_lowrank_random_fdc.safetensors").string();
+    const std::string file = test::scratch_path("lowrank_random_fdc.safetensors");
     hl::write_calibration(file, engine::run_calibration(cc).calib);
 
     auto cfg = config("cpu", "fdc", {{"calib", file}});
