@@ -22,7 +22,9 @@ class lowrank_method : public kv_method {
 
     void prepare(backend & be, const model_context & m) override {
         const host::model_config & cfg = m.config;
-        plan_ = make_lowrank_plan(c_.choice, cfg, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
+        plan_ = make_lowrank_plan(c_.choice, cfg,
+                                  engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
+        if (c_.padded_prefill) add_padded_prefill(plan_, palu_);
         dev_ = upload_lowrank_plan(be, plan_);
         buffer_ptr scratch;
         for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
@@ -102,8 +104,16 @@ class lowrank_method : public kv_method {
         return make_tensor(&b, dtype::f16, {shape_.n_pages, shape_.page_size * total});
     }
 
-    // Scratch regions per token (f32 unless said): cached K [k_max] | q' [g * k_max] or, for palu,
-    // the reconstructed keys [nkv * d] | f16 K for prefill [max(k_max, nkv * d)] | f16 V [v_max].
+    // Scratch regions per token (f32 unless said), each starting on a 256-byte boundary (vector
+    // loads of the attention kernels):
+    //   0: cached K [k_max]
+    //   1: q' [g * k_max] (decode, ragged prefill); padded prefill of zack/fdc: padded q' [nq * d];
+    //      palu prefill: the reconstructed keys [nkv * d]
+    //   2: f16 K for prefill: [k_max] (ragged zack/fdc) or [nkv * d] (padded, palu)
+    //   3: f16 V for prefill: [v_max] (ragged) or [nkv * d] (padded)
+    //   4: padded prefill only: padded K, then padded V [nkv * d] (each converted to f16 before the
+    //      next; the queue is in order), then the padded attention output [nq * d]
+    // (k_max / v_max: the largest k_total / v_total of a layer.)
     int64_t k_max() const {
         int64_t m = 0;
         for (const auto & L : plan_.layers) m = std::max(m, L.k_total);
@@ -116,13 +126,19 @@ class lowrank_method : public kv_method {
     }
     void grow_scratch(backend & be, int64_t n) {
         if (n <= scratch_tokens_) return;
-        const int64_t g = shape_.n_q_heads / shape_.n_kv_heads, full = shape_.n_kv_heads * shape_.head_dim;
-        region_[0] = 0;
-        region_[1] = region_[0] + n * k_max() * 4;
-        region_[2] = region_[1] + n * std::max(g * k_max(), full) * 4;
-        region_[3] = region_[2] + n * std::max(k_max(), full) * 2;
-        const int64_t end = region_[3] + n * v_max() * 2;
-        scratch_ = be.alloc(size_t(end));
+        const int64_t g = shape_.n_q_heads / shape_.n_kv_heads, d = shape_.head_dim;
+        const int64_t full_kv = shape_.n_kv_heads * d, full_q = shape_.n_q_heads * d;
+        const bool pad = c_.padded_prefill;
+        const int64_t q_width = palu_ ? full_kv : pad ? full_q : 0;
+        const int64_t bytes[5] = {k_max() * 4, std::max(g * k_max(), q_width) * 4,
+                                  (pad || palu_ ? full_kv : k_max()) * 2, (pad ? full_kv : v_max()) * 2,
+                                  pad ? full_q * 4 : 0};
+        int64_t at = 0;
+        for (int r = 0; r < 5; ++r) {
+            region_[r] = at;
+            at += (n * bytes[r] + 255) / 256 * 256;
+        }
+        scratch_ = be.alloc(size_t(at));
         scratch_tokens_ = n;
     }
     tensor scratch_f32(int r, std::initializer_list<int64_t> shape) const {
@@ -134,6 +150,30 @@ class lowrank_method : public kv_method {
 
     void prefill(backend & be, const lowrank_layer & L, const lowrank_device_layer & D, const kv_step & s,
                  const tensor & q, const tensor & kc, const tensor & v, const tensor & out, float scale) {
+        if (c_.padded_prefill)
+            prefill_padded(be, L, D, s, q, kc, v, out, scale);
+        else
+            prefill_ragged(be, L, D, s, q, kc, v, out, scale);
+    }
+
+    // Palu's keys as decode sees them: latent R_k^T, then RoPE, into region 1 [n, nkv, d] (f32).
+    tensor reconstruct_keys(backend & be, const lowrank_layer & L, const lowrank_device_layer & D,
+                            const kv_step & s, const tensor & kc) {
+        const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const tensor rec = scratch_f32(1, {n, nkv, d});
+        be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, D.aux.numel()},
+                       {kc, D.aux, D.rec_table}, {rec}));
+        rope_params rp;
+        rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = rope_theta_;
+        rp.style = rope_style::neox;
+        const tensor ff = freq_factors_ ? make_tensor(freq_factors_, dtype::f32, {d / 2}) : tensor{};
+        be.run(make_op(rp, {rec, s.positions, ff}, {rec}));
+        return rec;
+    }
+
+    void prefill_ragged(backend & be, const lowrank_layer & L, const lowrank_device_layer & D,
+                        const kv_step & s, const tensor & q, const tensor & kc, const tensor & v,
+                        const tensor & out, float scale) {
         const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
         const int64_t g = nq / nkv;
         attn_prefill_ragged_params p;
@@ -141,15 +181,8 @@ class lowrank_method : public kv_method {
         p.max_seq_len = s.max_seq_len, p.scale = scale, p.balanced = c_.prefill_balance;
         tensor qa, k16, heads;
         if (palu_) {
-            // Keys as decode sees them: latent R_k^T, then RoPE; queries stay at the full head_dim.
-            const tensor rec = scratch_f32(1, {n, nkv, d});
-            be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, D.aux.numel()},
-                           {kc, D.aux, D.rec_table}, {rec}));
-            rope_params rp;
-            rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = rope_theta_;
-            rp.style = rope_style::neox;
-            const tensor ff = freq_factors_ ? make_tensor(freq_factors_, dtype::f32, {d / 2}) : tensor{};
-            be.run(make_op(rp, {rec, s.positions, ff}, {rec}));
+            // Queries stay at the full head_dim.
+            const tensor rec = reconstruct_keys(be, L, D, s, kc);
             k16 = scratch_f16(2, {n, nkv * d});
             be.run(make_op(copy_params{n * nkv * d}, {rec}, {k16}));
             qa = q, heads = D.heads_full;
@@ -166,6 +199,39 @@ class lowrank_method : public kv_method {
         const tensor v16 = scratch_f16(3, {n, L.v_total});
         be.run(make_op(copy_params{n * L.v_total}, {v}, {v16}));
         be.run(make_op(p, {qa, k16, v16, s.seq_indptr, heads}, {out}));
+    }
+
+    // Every head zero-padded to head_dim and the standard attn_prefill (kv_method_lowrank.h). The
+    // fp16 K and V are the same values the ragged path attends to (padding with [I_w | 0] is exact).
+    void prefill_padded(backend & be, const lowrank_layer & L, const lowrank_device_layer & D,
+                        const kv_step & s, const tensor & q, const tensor & kc, const tensor & v,
+                        const tensor & out, float scale) {
+        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
+        const int64_t g = nq / nkv, n_pad = D.pad_bases.numel();
+        const tensor k16 = scratch_f16(2, {n, nkv, d}), v16 = scratch_f16(3, {n, nkv, d});
+        const tensor staged = scratch_f32(4, {n, nkv, d});  // padded K, then padded V (f32)
+        tensor qa = q;
+        if (palu_) {
+            const tensor rec = reconstruct_keys(be, L, D, s, kc);
+            be.run(make_op(copy_params{n * nkv * d}, {rec}, {k16}));
+        } else {
+            qa = scratch_f32(1, {n, nq, d});
+            be.run(make_op(head_project_params{n, nq, nq * d, nq * d, n_pad}, {q, D.pad_bases, D.q_pad_table},
+                           {qa}));
+            be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, n_pad},
+                           {kc, D.pad_bases, D.k_pad_table}, {staged}));
+            be.run(make_op(copy_params{n * nkv * d}, {staged}, {k16}));
+        }
+        be.run(make_op(head_project_params{n, nkv, L.v_total, nkv * d, n_pad},
+                       {v, D.pad_bases, D.v_pad_table}, {staged}));
+        be.run(make_op(copy_params{n * nkv * d}, {staged}, {v16}));
+        attn_prefill_params p;
+        p.batch = s.batch, p.n_tokens = n, p.n_q_heads = nq, p.n_kv_heads = nkv, p.head_dim = d;
+        p.max_seq_len = s.max_seq_len, p.scale = scale;
+        const tensor padded_out = scratch_f32(4, {n, nq, d});
+        be.run(make_op(p, {qa, k16, v16, s.seq_indptr}, {padded_out}));
+        be.run(make_op(head_project_params{n, nq, nq * d, g * L.v_total, n_pad},
+                       {padded_out, D.pad_bases, D.unpad_table}, {out}));
     }
 
     void decode(backend & be, int64_t layer, const lowrank_layer & L, const lowrank_device_layer & D,
@@ -256,7 +322,7 @@ class lowrank_method : public kv_method {
 
     buffer_ptr scratch_;
     int64_t scratch_tokens_ = 0;
-    int64_t region_[4] = {0, 0, 0, 0};
+    int64_t region_[5] = {0, 0, 0, 0, 0};
     std::vector<step_schedule> sched_;
     buffer_ptr sched_buf_;
 };

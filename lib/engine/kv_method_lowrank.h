@@ -7,12 +7,20 @@
 // into the smaller o_proj; the model's v_proj / o_proj are freed.
 // Per layer and step (attend):
 //   zack, fdc: q and k arrive post-RoPE; q' = q R_k^c(h) and k' = k R_k^c (head_project), k' and v'
-//     appended to ragged pages (kv_append_ragged); prefill: attn_prefill_ragged on the prompt's
-//     k'/v' (fp16, as cached); decode: attn_decode_ragged with a task schedule built on the host for
-//     every layer once per step (at layer 0) and uploaded in one transfer.
+//     appended to ragged pages (kv_append_ragged); prefill on the prompt's k'/v' (fp16, as cached);
+//     decode: attn_decode_ragged with a task schedule built on the host for every layer once per
+//     step (at layer 0) and uploaded in one transfer.
 //   palu: k arrives pre-RoPE; the cached latent is k R_k^c; prefill reconstructs latent R_k^cT,
 //     applies RoPE and attends at the full head_dim; decode is attn_decode_palu (reconstruction and
 //     RoPE of every cached key inside the kernel; aux = R_k^T per head + the rope frequencies).
+// Prefill (option prefill=padded|ragged):
+//   padded (default): every head zero-padded to head_dim with head_project (q' with the padding
+//     folded into its basis; k', v' with [I_w | 0]) and the standard attn_prefill (CUDA's tensor-core
+//     kernel); zero columns change no q'.k' and give zero output columns, which the unpad (I_w on
+//     each head's first w columns) drops.
+//     palu pads only v' (its q and reconstructed keys are full width).
+//   ragged: attn_prefill_ragged in the reduced dims (SIMT; row blocks per prefill_balance).
+//   Both give the same attention up to rounding.
 // Logits use 1/sqrt(original head_dim) (the engine's scale).
 //
 // Storage per layer: k_pages f16 [n_pages, page_size * k_total], v_pages [n_pages, page_size *
@@ -33,6 +41,9 @@ struct lowrank_method_config {
         true;  // decode tasks balanced over the compute units (else one per (request, head))
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
+    // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to
+    // head_dim; false runs attn_prefill_ragged in the reduced dims (prefill_balance applies there).
+    bool padded_prefill = true;
 };
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);

@@ -6,7 +6,10 @@
 //   rank_multiple=16     rounding of re-chosen ranks (only with removal_rate or compression)
 //   schedule=balanced|plain   decode task schedule (balanced: over the compute units; plain: one
 //                        task per (request, KV head) in order); results agree up to rounding
-//   prefill_balance=1|0  per-head prefill row blocks scaled by d_sum (ZACK/FDC §5.3)
+//   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
+//                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
+//                        the reduced dims; results agree up to rounding
+//   prefill_balance=1|0  ragged prefill only: per-head row blocks scaled by d_sum (ZACK/FDC §5.3)
 #include "engine/kv_method_lowrank.h"
 #include "engine/method_option_reader.h"
 
@@ -28,6 +31,7 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.choice.rank_multiple = r.integer("rank_multiple", 16, 1, max_ragged_width);
     c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
+    c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     r.finish();
     KVCOMP_CHECK_ARG(!c.choice.calib_path.empty(), "method ", name,
                      ": option calib=FILE is required (a calibration file from kvcomp calibrate --method ",

@@ -22,12 +22,14 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan) {
     };
     struct placed {
         at heads, heads_full, q, k, bv, o, rec, bases, aux;
+        at pad_bases, q_pad, k_pad, v_pad, unpad;
     };
     std::vector<placed> where;
     for (const lowrank_layer & L : plan.layers)
         where.push_back({put_i(L.heads), put_i(L.heads_full), put_i(L.q_table), put_i(L.k_table),
                          put_i(L.bv_table), put_i(L.o_table), put_i(L.rec_table), put_f(L.bases),
-                         put_f(L.aux)});
+                         put_f(L.aux), put_f(L.pad_bases), put_i(L.q_pad_table), put_i(L.k_pad_table),
+                         put_i(L.v_pad_table), put_i(L.unpad_table)});
     lowrank_device dev;
     dev.ints = upload_vector(be, ints);
     dev.floats = upload_vector(be, floats);
@@ -43,6 +45,9 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan) {
         d.rec_table = view(bi, dtype::i32, p.rec);
         d.bases = view(dev.floats.get(), dtype::f32, p.bases);
         d.aux = view(dev.floats.get(), dtype::f32, p.aux);
+        d.pad_bases = view(dev.floats.get(), dtype::f32, p.pad_bases);
+        d.q_pad_table = view(bi, dtype::i32, p.q_pad), d.k_pad_table = view(bi, dtype::i32, p.k_pad);
+        d.v_pad_table = view(bi, dtype::i32, p.v_pad), d.unpad_table = view(bi, dtype::i32, p.unpad);
         dev.layers.push_back(d);
     }
     return dev;

@@ -22,6 +22,8 @@ namespace kvcomp::engine {
 struct lowrank_device_layer {
     tensor heads, heads_full, q_table, k_table, bv_table, o_table, rec_table;  // i32
     tensor bases, aux;                                                         // f32 (aux: Palu only)
+    // Padded prefill (lowrank_layer::pad_bases and its tables; invalid when not built).
+    tensor pad_bases, q_pad_table, k_pad_table, v_pad_table, unpad_table;
 };
 
 struct lowrank_device {

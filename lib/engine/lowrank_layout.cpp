@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "core/op.h"
@@ -91,7 +92,51 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
     return L;
 }
 
+// Appends n zeros to `b` and returns their offset.
+int64_t append_zeros(std::vector<float> & b, int64_t n) {
+    const int64_t at = int64_t(b.size());
+    b.resize(size_t(at + n), 0.0f);
+    return at;
+}
+
+// The padded-prefill tables of one layer (lowrank_layer::pad_bases). Every basis writes all the
+// columns of its output head, so no scratch needs clearing: zero columns are written as zeros.
+void add_padded_layer(lowrank_layer & L, int64_t nq, int64_t nkv, bool palu) {
+    const int64_t d = L.d, g = nq / nkv;
+    std::vector<float> & b = L.pad_bases;
+    b.clear();
+    append_zeros(b, d * d);
+    for (int64_t i = 0; i < d; ++i) b[size_t(i * d + i)] = 1.0f;  // I_d; rows [0, w) are [I_w | 0]
+    if (!palu) {
+        for (int64_t c = 0; c < nkv; ++c) {
+            // q' = q R_k^c folded with its padding: R_k^c in the first k_c columns of a d x d block.
+            const int64_t kc = L.k[size_t(c)], at = append_zeros(b, d * d);
+            for (int64_t row = 0; row < d; ++row)
+                for (int64_t j = 0; j < kc; ++j)
+                    b[size_t(at + row * d + j)] = L.bases[size_t(d * L.k_off(c) + row * kc + j)];
+            for (int64_t h = c * g; h < (c + 1) * g; ++h) add_row(L.q_pad_table, h * d, d, at, h * d, d);
+            add_row(L.k_pad_table, L.k_off(c), kc, 0, c * d, d);
+        }
+    }
+    std::map<int64_t, int64_t> identity_at;  // V width w -> offset of I_w
+    for (int64_t c = 0; c < nkv; ++c) {
+        const int64_t vc = L.v[size_t(c)];
+        if (!identity_at.count(vc)) {
+            const int64_t at = append_zeros(b, vc * vc);
+            for (int64_t i = 0; i < vc; ++i) b[size_t(at + i * vc + i)] = 1.0f;
+            identity_at[vc] = at;
+        }
+        add_row(L.v_pad_table, L.v_off(c), vc, 0, c * d, d);
+        for (int64_t h = c * g; h < (c + 1) * g; ++h)
+            add_row(L.unpad_table, h * d, vc, identity_at[vc], g * L.v_off(c) + (h - c * g) * vc, vc);
+    }
+}
+
 }  // namespace
+
+void add_padded_prefill(lowrank_plan & plan, bool palu) {
+    for (lowrank_layer & L : plan.layers) add_padded_layer(L, plan.n_q_heads, plan.n_kv_heads, palu);
+}
 
 lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_config & cfg,
                                const std::string & model_hash) {

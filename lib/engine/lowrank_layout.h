@@ -49,6 +49,16 @@ struct lowrank_layer {
     // table with every K width d (prefill attention on the reconstructed keys).
     std::vector<float> aux;
     std::vector<int32_t> rec_table, heads_full;
+    // Padded prefill only (add_padded_prefill; empty otherwise): every head zero-padded to d so the
+    // prompt runs through the standard attn_prefill. pad_bases f32:
+    //   I_d [d, d] at 0: its first w rows are [I_w | 0] (w x d), the pad basis of any width w;
+    //   zack/fdc: R_k^c with zero columns past k_c [d, d] at d*d*(1 + c) (q -> padded q' in one op);
+    //   then I_w [w, w] for every distinct V width w of the layer (the unpad basis).
+    std::vector<float> pad_bases;
+    std::vector<int32_t> q_pad_table;  // zack/fdc: post-RoPE q [nq*d] -> padded q' [nq*d]
+    std::vector<int32_t> k_pad_table;  // zack/fdc: k' [k_total] -> padded k' [nkv*d]
+    std::vector<int32_t> v_pad_table;  // v' [v_total] -> padded v' [nkv*d]
+    std::vector<int32_t> unpad_table;  // attention output [nq*d] -> packed output [g*v_total]
     int64_t d = 0;
 };
 
@@ -65,6 +75,12 @@ struct lowrank_plan {
 // wider than max_ragged_width, or a rank above the columns a truncated file stores.
 lowrank_plan make_lowrank_plan(const lowrank_choice & choice, const host::model_config & cfg,
                                const std::string & model_hash);
+
+// Builds every layer's padded-prefill tables and bases (lowrank_layer::pad_bases and the *_pad
+// tables): zack/fdc pad q', k' and v', palu (full-width q and keys) only v'. Their f32 bases take
+// d * d * (1 + n_kv_heads) + sum of (distinct v_c)^2 floats per layer for zack/fdc, d * d + sum of
+// (distinct v_c)^2 for palu; built only when the method serves prefill=padded.
+void add_padded_prefill(lowrank_plan & plan, bool palu);
 
 // Per-pair RoPE frequencies exactly as the rope op computes them (lib/cpu/rope.cpp): theta taken as
 // float (rope_params::theta), theta^(-2i/rot_dim) in double, divided by freq_factors[i] when given.
