@@ -1,11 +1,14 @@
 // probe_scores: ZipCache saliency, the column sums of the probe queries' causal attention rows
 // (contract in core/op.h), deterministic and without any P x K intermediate.
+// Dispatch: the tensor-core kernels of probe_scores_mma.cu for head_dim 64 and 128 (prompt
+// saliency is ~10 GFLOP per layer at a 4K prompt: on CUDA cores it doubled TTFT); the SIMT
+// kernels below otherwise, or when KVCOMP_PROBE_SCORES=simt.
 //
 // Rows: for KV head g the rows are r = p * group + j (probe p, query head g * group + j), so a
 // KV head's rows share its keys. Key i is visible to probe p when both belong to the same request
 // (ragged form: probe_indptr / key_indptr; the single-request form is one request owning all)
 // and key_pos[i] <= probe_pos[p].
-// Kernels (128 threads = 4 warps; lane = key within a 32-key tile, warp = a subset of rows):
+// SIMT kernels (128 threads = 4 warps; lane = key within a 32-key tile, warp = a subset of rows):
 //   probe_lse_kernel     (skipped when use_lse) one block per (KV head, tile of 16 rows): walks the
 //       key tiles of its rows' requests only; a tile no (row, key) pair of the block sees is
 //       skipped (__syncthreads_or); otherwise the block stages 32 keys in shared memory (f32, row
@@ -22,66 +25,24 @@
 // O(sum over requests of probes * keys * n_q_heads * head_dim) twice, memory O(n_probes * n_q_heads).
 // fp32 throughout (logits, expf, sums); the CPU oracle uses double (tolerance: NMSE 1e-6).
 #include <climits>
+#include <cstdlib>
+#include <string>
 
-#include "common.cuh"
+#include "probe_scores.cuh"
 
 namespace kvcomp::cuda {
 
 namespace {
+
+using probe::key_probes;
+using probe::probe_args;
+using probe::probe_keys;
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kKeyTile = 32;  // keys per tile: one per lane
 constexpr int kRowTile = 16;  // query rows staged at a time: 4 per warp
 constexpr int kRowsPerWarp = kRowTile / kWarps;
-
-struct probe_args {
-    const float * q;  // [n_probes, n_q_heads, hd]
-    const int32_t * probe_pos;
-    const int32_t * key_pos;
-    const int32_t * probe_indptr;  // [batch + 1], or null: one request owning everything
-    const int32_t * key_indptr;    // [batch + 1], or null
-    const float * lse_in;  // [n_probes, n_q_heads]: src4, or the workspace filled by probe_lse_kernel
-    float * lse_out;
-    float * scores;  // [n_kv_heads, n_keys]
-    int64_t n_keys, row_tokens;
-    int n_probes, n_q_heads, n_kv_heads, group, hd, batch;
-    float scale;
-};
-
-// The request owning element x of a ragged range: the last b with indptr[b] <= x (requests without
-// elements share their indptr value with the next one, so they are never chosen).
-__device__ __forceinline__ int owner(const int32_t * indptr, int batch, int64_t x) {
-    int lo = 0, hi = batch - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (indptr[mid] <= x)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
-// Keys [*k0, *k1) of probe p's request.
-__device__ __forceinline__ void probe_keys(const probe_args & a, int p, int64_t * k0, int64_t * k1) {
-    if (a.batch == 0) {
-        *k0 = 0, *k1 = a.n_keys;
-        return;
-    }
-    const int b = owner(a.probe_indptr, a.batch, p);
-    *k0 = a.key_indptr[b], *k1 = a.key_indptr[b + 1];
-}
-
-// Probes [*p0, *p1) of key i's request.
-__device__ __forceinline__ void key_probes(const probe_args & a, int64_t i, int * p0, int * p1) {
-    if (a.batch == 0) {
-        *p0 = 0, *p1 = a.n_probes;
-        return;
-    }
-    const int b = owner(a.key_indptr, a.batch, i);
-    *p0 = a.probe_indptr[b], *p1 = a.probe_indptr[b + 1];
-}
 
 // Stages keys [k0, k0 + 32) of KV head g as f32 rows of stride hd + 1 (zeros past n_keys).
 template <typename TK>
@@ -268,6 +229,16 @@ void launch(context & ctx, const op_desc & op, probe_args a) {
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
+// The tensor-core kernels unless the head_dim is not theirs or KVCOMP_PROBE_SCORES=simt asks for
+// the SIMT ones (kept as the fallback and for comparison in bench_ops).
+bool use_mma(int64_t head_dim) {
+    static const bool simt = [] {
+        const char * e = std::getenv("KVCOMP_PROBE_SCORES");
+        return e && std::string(e) == "simt";
+    }();
+    return !simt && probe::mma_handles(head_dim);
+}
+
 }  // namespace
 
 support supports_probe_scores(const op_desc & op) {
@@ -303,7 +274,9 @@ void run_probe_scores(context & ctx, const op_desc & op) {
     a.group = int(p.n_q_heads / p.n_kv_heads);
     a.hd = int(p.head_dim);
     a.scale = p.scale;
-    if (op.src[2].type == dtype::f16)
+    if (use_mma(p.head_dim))
+        probe::mma_launch(ctx, dev_ptr<const void>(op.src[2]), op.src[2].type == dtype::f16, a);
+    else if (op.src[2].type == dtype::f16)
         launch<__half>(ctx, op, a);
     else
         launch<float>(ctx, op, a);

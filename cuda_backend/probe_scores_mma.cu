@@ -1,0 +1,307 @@
+// probe_scores, tensor-core kernels (the default for head_dim 64 and 128; probe_scores.cu picks
+// them and keeps the SIMT kernels as fallback). Same contract, rows and visibility as there.
+//
+// Precision. mma.sync multiplies f16 operands; a logit from f16-rounded q and k would be off by
+// ~1e-3 relative, too much for the 1e-6 NMSE of the backend test. So both operands are split,
+// x = hi + lo with hi = f16(x), lo = f16(x - hi): the A operand (16 keys) is multiplied once as
+// hi and once as lo, and the B operand's 8 columns are (hi, lo) of 4 query rows, so
+//   s = (k_hi + k_lo) . (q_hi + q_lo)  to ~2^-22 relative, accumulated in fp32,
+// at 4x the mma work of a plain f16 product (still ~30x the SIMT kernels' throughput).
+// q is pre-scaled by scale * log2(e), so logits are in log2 units and weights are exp2(s - lse2).
+//
+// Kernels (128 threads = 4 warps; g = lane / 4, t = lane % 4 as in the mma fragments):
+//   probe_qfrag_kernel   q -> B fragments in global memory, once per call: for KV head h and
+//       row tile rt (rows 4rt .. 4rt+3 of h, row r = p * group + j as in probe_scores.cu), uint4
+//       [D/32][32 lanes]: lane (g, t) holds column g = (row g/2, hi if g even else lo), channels
+//       2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of two k16 steps. Rows past the last are zeros.
+//   probe_lse_mma_kernel (skipped when use_lse) one block per (KV head, 8 row tiles): each warp
+//       keeps the B fragments of its 2 row tiles in registers and walks 16-key tiles of its
+//       rows' requests, loading A (hi, lo) straight from k (the 4 warps read the same keys, so
+//       L1 serves three of them); per lane an online (max, sum) of row t over keys g and g + 8;
+//       the 8 lanes of a row are combined with a fixed butterfly at the end.
+//   probe_scores_mma_kernel one block per (KV head, 64 keys): each warp keeps the A fragments of
+//       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of
+//       (key g, row t) and (key g + 8, row t) per lane; the 4 lanes of a key are summed with a
+//       fixed butterfly at the end.
+// A 16-key tile / row tile no (key, row) pair of the warp sees is skipped (warp vote). Every sum
+// has a fixed order: results are identical run to run.
+#include <climits>
+#include <cmath>
+
+#include "probe_scores.cuh"
+
+namespace kvcomp::cuda::probe {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kLseTilesPerWarp = 2;  // row tiles (4 rows) per warp in the lse kernel
+constexpr int kScoreKeys = kWarps * 16;  // keys per block in the scores kernel
+constexpr float kLog2e = 1.4426950408889634f;
+
+// (hi, lo) f16 pairs of two consecutive floats.
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t & hi, uint32_t & lo) {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    const float2 hf = __half22float2(h);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = pack_half2(x0 - hf.x, x1 - hf.y);
+}
+
+// Channels c, c + 1 of key i of KV head h (zeros past n_keys).
+template <typename TK>
+__device__ __forceinline__ float2 key_pair(const TK * k, const probe_args & a, int h, int64_t i, int c) {
+    if (i >= a.n_keys) return make_float2(0.0f, 0.0f);
+    const int64_t rt = a.row_tokens;  // core/op.h: token-major (0) or head-major rows
+    const int64_t e = rt == 0 ? (i * a.n_kv_heads + h) * a.hd + c : (((i / rt) * a.n_kv_heads + h) * rt + i % rt) * a.hd + c;
+    if constexpr (sizeof(TK) == 4) {
+        return *reinterpret_cast<const float2 *>(k + e);
+    } else {
+        return __half22float2(*reinterpret_cast<const __half2 *>(k + e));
+    }
+}
+
+// A fragments (hi and lo) of k16 step kk for keys i0 + g and i0 + g + 8.
+template <typename TK>
+__device__ __forceinline__ void key_frag(const TK * k, const probe_args & a, int h, int64_t i0, int kk, int lane,
+                                         uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const int g = lane >> 2, t = lane & 3, c = 16 * kk + 2 * t;
+    const float2 x0 = key_pair(k, a, h, i0 + g, c), x1 = key_pair(k, a, h, i0 + g + 8, c);
+    const float2 x2 = key_pair(k, a, h, i0 + g, c + 8), x3 = key_pair(k, a, h, i0 + g + 8, c + 8);
+    split2(x0.x, x0.y, hi[0], lo[0]);
+    split2(x1.x, x1.y, hi[1], lo[1]);
+    split2(x2.x, x2.y, hi[2], lo[2]);
+    split2(x3.x, x3.y, hi[3], lo[3]);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) probe_qfrag_kernel(const probe_args a, uint4 * qf, int64_t row_tiles) {
+    const int64_t n = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
+    const float qs = a.scale * kLog2e;
+    const int n_rows = a.n_probes * a.group;
+    for (int64_t idx = blockIdx.x * int64_t(kThreads) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * kThreads) {
+        const int lane = int(idx % 32), kp = int(idx / 32 % (D / 32));
+        const int64_t rt = idx / (32 * (D / 32)) % row_tiles;
+        const int h = int(idx / (32 * (D / 32) * row_tiles));
+        const int col = lane >> 2, t = lane & 3;
+        const int64_t r = rt * 4 + col / 2;
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (r < n_rows) {
+            const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
+            const float * q = a.q + (int64_t(p) * a.n_q_heads + qh) * a.hd;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {  // b0, b1 of step 2kp, then of step 2kp + 1
+                const int c = 16 * (2 * kp + j / 2) + 2 * t + 8 * (j % 2);
+                uint32_t hi, lo;
+                split2(q[c] * qs, q[c + 1] * qs, hi, lo);
+                w[j] = col % 2 ? lo : hi;
+            }
+        }
+        qf[idx] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+// Row r's probe, its position and its request's keys [k0, k1) (r past the rows: sees nothing).
+struct row_view {
+    int p = 0, pos = -1;
+    int64_t k0 = 0, k1 = 0;
+    __device__ __forceinline__ row_view(const probe_args & a, int64_t r) {
+        if (r >= int64_t(a.n_probes) * a.group) return;
+        p = int(r / a.group);
+        pos = a.probe_pos[p];
+        probe_keys(a, p, &k0, &k1);
+    }
+    __device__ __forceinline__ bool sees(int64_t i, int kpos) const { return i >= k0 && i < k1 && kpos <= pos; }
+};
+
+template <int D, typename TK>
+__global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const TK * __restrict__ k, const probe_args a,
+                                                                 const uint4 * __restrict__ qf, int64_t row_tiles) {
+    constexpr int KS = D / 16, R = kLseTilesPerWarp;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t blocks_per_head = (row_tiles + kWarps * R - 1) / (kWarps * R);
+    const int h = int(blockIdx.x / blocks_per_head);
+    const int64_t rt0 = (blockIdx.x % blocks_per_head) * (kWarps * R) + warp * R;  // this warp's first row tile
+    const int64_t n_rows = int64_t(a.n_probes) * a.group;
+
+    uint32_t bq[R][KS][2];
+    row_view rows[R] = {row_view(a, (rt0 + 0) * 4 + t), row_view(a, (rt0 + 1) * 4 + t)};
+    static_assert(R == 2, "rows[] initializer");
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        const uint4 * src = qf + ((int64_t(h) * row_tiles + min(rt0 + j, row_tiles - 1)) * (D / 32)) * 32 + lane;
+#pragma unroll
+        for (int kp = 0; kp < D / 32; ++kp) {
+            const uint4 v = src[kp * 32];
+            bq[j][2 * kp][0] = v.x, bq[j][2 * kp][1] = v.y, bq[j][2 * kp + 1][0] = v.z, bq[j][2 * kp + 1][1] = v.w;
+        }
+    }
+    // The warp's keys: from its first row's request to its last row's (rows are in probe order).
+    int64_t kbeg = 0, kend = 0;
+    if (rt0 * 4 < n_rows) {
+        int64_t unused;
+        probe_keys(a, int((rt0 * 4) / a.group), &kbeg, &unused);
+        probe_keys(a, int((min((rt0 + R) * 4, n_rows) - 1) / a.group), &unused, &kend);
+    }
+    float m[R], l[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) m[j] = -INFINITY, l[j] = 0.0f;
+
+    for (int64_t i0 = kbeg; i0 < kend; i0 += 16) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
+        const int pa = ia < kend ? a.key_pos[ia] : INT_MAX, pb = ib < kend ? a.key_pos[ib] : INT_MAX;
+        bool va[R], vb[R], any = false;
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            va[j] = ia < kend && rows[j].sees(ia, pa);
+            vb[j] = ib < kend && rows[j].sees(ib, pb);
+            any |= va[j] || vb[j];
+        }
+        if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
+        float s[R][4];
+#pragma unroll
+        for (int j = 0; j < R; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            uint32_t ah[4], al[4];
+            key_frag(k, a, h, i0, kk, lane, ah, al);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+                mma_16816(s[j], ah, bq[j][kk][0], bq[j][kk][1]);
+                mma_16816(s[j], al, bq[j][kk][0], bq[j][kk][1]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const float x0 = va[j] ? s[j][0] + s[j][1] : -INFINITY, x1 = vb[j] ? s[j][2] + s[j][3] : -INFINITY;
+            const float mx = fmaxf(m[j], fmaxf(x0, x1));
+            if (mx == -INFINITY) continue;
+            l[j] = l[j] * exp2f(m[j] - mx) + exp2f(x0 - mx) + exp2f(x1 - mx);
+            m[j] = mx;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        // Lanes t, t + 4, ..., t + 28 hold row t's parts.
+        float mx = m[j];
+        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 16));
+        float part = m[j] == -INFINITY ? 0.0f : l[j] * exp2f(m[j] - mx);
+        part += __shfl_xor_sync(full_mask, part, 4);
+        part += __shfl_xor_sync(full_mask, part, 8);
+        part += __shfl_xor_sync(full_mask, part, 16);
+        const int64_t r = (rt0 + j) * 4 + t;
+        if (g == 0 && r < n_rows) {
+            const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
+            a.lse_out[int64_t(p) * a.n_q_heads + qh] = mx == -INFINITY ? -INFINITY : (mx + log2f(part)) / kLog2e;
+        }
+    }
+}
+
+template <int D, typename TK>
+__global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const TK * __restrict__ k, const probe_args a,
+                                                                    const uint4 * __restrict__ qf, int64_t row_tiles) {
+    constexpr int KS = D / 16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t key_blocks = (a.n_keys + kScoreKeys - 1) / kScoreKeys;
+    const int h = int(blockIdx.x / key_blocks);
+    const int64_t i0 = (blockIdx.x % key_blocks) * kScoreKeys + warp * 16;  // this warp's 16 keys
+    const int64_t ia = i0 + g, ib = i0 + g + 8;
+    const int pa = ia < a.n_keys ? a.key_pos[ia] : 0, pb = ib < a.n_keys ? a.key_pos[ib] : 0;
+    int pa0 = 0, pa1 = 0, pb0 = 0, pb1 = 0;  // the probes of keys ia, ib (none past n_keys)
+    if (ia < a.n_keys) key_probes(a, ia, &pa0, &pa1);
+    if (ib < a.n_keys) key_probes(a, ib, &pb0, &pb1);
+
+    uint32_t ah[KS][4], al[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) key_frag(k, a, h, i0, kk, lane, ah[kk], al[kk]);
+
+    // The warp's rows: from its first key's request to its last key's (keys are in request order).
+    int rbeg = 0, rend = 0;
+    if (i0 < a.n_keys) {
+        int pbeg, pend, unused;
+        key_probes(a, i0, &pbeg, &unused);
+        key_probes(a, min(i0 + 16, a.n_keys) - 1, &unused, &pend);
+        rbeg = pbeg * a.group, rend = pend * a.group;
+    }
+    const float * lse = a.lse_in;
+    float acc_a = 0.0f, acc_b = 0.0f;
+    for (int64_t rt = rbeg / 4; rt * 4 < rend; ++rt) {
+        const int64_t r = rt * 4 + t;  // this lane's row
+        int p = -1, pos = -1;
+        if (r >= rbeg && r < rend) p = int(r / a.group), pos = a.probe_pos[p];
+        const bool va = p >= pa0 && p < pa1 && pa <= pos, vb = p >= pb0 && p < pb1 && pb <= pos;
+        if (!__any_sync(full_mask, va || vb)) continue;  // warp-uniform
+        const uint4 * src = qf + ((int64_t(h) * row_tiles + rt) * (D / 32)) * 32 + lane;
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int kp = 0; kp < D / 32; ++kp) {
+            const uint4 v = src[kp * 32];
+            mma_16816(s, ah[2 * kp], v.x, v.y);
+            mma_16816(s, al[2 * kp], v.x, v.y);
+            mma_16816(s, ah[2 * kp + 1], v.z, v.w);
+            mma_16816(s, al[2 * kp + 1], v.z, v.w);
+        }
+        if (va || vb) {
+            const float l2 = lse[int64_t(p) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
+            if (va) acc_a += exp2f(s[0] + s[1] - l2);
+            if (vb) acc_b += exp2f(s[2] + s[3] - l2);
+        }
+    }
+    // Lanes 4g .. 4g + 3 hold keys g and g + 8.
+    acc_a += __shfl_xor_sync(full_mask, acc_a, 1);
+    acc_a += __shfl_xor_sync(full_mask, acc_a, 2);
+    acc_b += __shfl_xor_sync(full_mask, acc_b, 1);
+    acc_b += __shfl_xor_sync(full_mask, acc_b, 2);
+    if (t == 0) {
+        if (ia < a.n_keys) a.scores[int64_t(h) * a.n_keys + ia] = acc_a;
+        if (ib < a.n_keys) a.scores[int64_t(h) * a.n_keys + ib] = acc_b;
+    }
+}
+
+template <int D, typename TK>
+void launch(context & ctx, const TK * k, probe_args a) {
+    const int64_t n_rows = int64_t(a.n_probes) * a.group;
+    const int64_t row_tiles = std::max<int64_t>((n_rows + 3) / 4, 1);
+    const size_t lse_bytes = (size_t(a.n_probes) * a.n_q_heads * sizeof(float) + 15) / 16 * 16;
+    const size_t qf_bytes = size_t(a.n_kv_heads) * size_t(row_tiles) * (D / 32) * 32 * sizeof(uint4);
+    uint8_t * ws = static_cast<uint8_t *>(ctx.workspace(lse_bytes + qf_bytes));
+    uint4 * qf = reinterpret_cast<uint4 *>(ws + lse_bytes);
+    const int64_t n_frag = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
+    probe_qfrag_kernel<D><<<grid_stride_blocks(n_frag, kThreads, ctx), kThreads, 0, ctx.stream>>>(a, qf, row_tiles);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+    if (!a.lse_in && n_rows > 0) {
+        a.lse_out = reinterpret_cast<float *>(ws);
+        const int64_t blocks = a.n_kv_heads * ((row_tiles + kWarps * kLseTilesPerWarp - 1) / (kWarps * kLseTilesPerWarp));
+        probe_lse_mma_kernel<D, TK><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(k, a, qf, row_tiles);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+        a.lse_in = a.lse_out;
+    }
+    // With no probes the scores are zeros, written by the same kernel (its row loop is empty).
+    const int64_t blocks = a.n_kv_heads * ((a.n_keys + kScoreKeys - 1) / kScoreKeys);
+    if (blocks == 0) return;
+    probe_scores_mma_kernel<D, TK><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(k, a, qf, row_tiles);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename TK>
+void launch_dim(context & ctx, const TK * k, const probe_args & a) {
+    if (a.hd == 64)
+        launch<64>(ctx, k, a);
+    else
+        launch<128>(ctx, k, a);
+}
+
+}  // namespace
+
+bool mma_handles(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+void mma_launch(context & ctx, const void * k, bool k_f16, probe_args a) {
+    if (k_f16)
+        launch_dim(ctx, static_cast<const __half *>(k), a);
+    else
+        launch_dim(ctx, static_cast<const float *>(k), a);
+}
+
+}  // namespace kvcomp::cuda::probe

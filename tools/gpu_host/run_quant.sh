@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# GPU-host visit for the quantizing KV methods (ZipCache, KIVI): their ops against the CPU reference
+# on CUDA and NVIDIA OpenCL, the saliency kernel (probe_scores) timed with its tensor-core and SIMT
+# kernels, then TTFT/TBT of none / kivi / zipcache at Llama-3-8B shapes with random weights, all
+# in one run so every ratio has its baseline from the same visit.
+#   OPS (default probe_scores,kv_quantize,attn_decode_quant), BACKENDS_TEST (default cuda + the GPU's
+#   OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
+#   'none' skips), METHODS (default none,kivi,zipcache), OCL_METHODS (default empty: methods also timed on
+#   NVIDIA OpenCL at batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part.
+# Writes under $OUT: quant.log, bench_ops_probe.csv (+ _simt), bench_quant_ttft.csv.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source tools/gpu_host/env.sh
+OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
+{
+  step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  for be in cuda $OCL_GPU; do
+    KVCOMP_TEST_REQUIRE=cuda,opencl step $B/test_backend_ops -b $be -o "$OPS"
+  done
+  step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none --commit "$commit" \
+    --csv "$OUT/bench_ops_probe.csv"
+  KVCOMP_PROBE_SCORES=simt step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none \
+    --commit "$commit" --csv "$OUT/bench_ops_probe_simt.csv"
+  if [ "${E2E:-1}" != 0 ]; then
+    mkdir -p /tmp/l3_8b
+    cp tools/gpu_host/llama3_8b_config.json /tmp/l3_8b/config.json
+    bench() {
+      step $B/kvcomp bench -m /tmp/l3_8b --random-weights --gen 16 --commit "$commit" \
+        --csv "$OUT/bench_quant_ttft.csv" "$@"
+    }
+    for m in $(echo "${METHODS:-none,kivi,zipcache}" | tr ',' ' '); do
+      bench -b cuda --batches "${BATCHES:-1,16}" --prompts "${PROMPTS:-4096}" --method "$m"
+      [ "${LONG:-32768}" != none ] && bench -b cuda --batches 1 --prompts "${LONG:-32768}" --method "$m"
+    done
+    for m in $(echo "${OCL_METHODS:-}" | tr ',' ' '); do
+      bench -b $OCL_GPU --batches 1 --prompts "${PROMPTS:-4096}" --method "$m"
+    done
+  fi
+} 2>&1 | tee "$OUT/quant.log"
