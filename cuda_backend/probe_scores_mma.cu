@@ -10,15 +10,17 @@
 // q is pre-scaled by scale * log2(e), so logits are in log2 units and weights are exp2(s - lse2).
 //
 // Kernels (128 threads = 4 warps; g = lane / 4, t = lane % 4 as in the mma fragments):
-//   probe_qfrag_kernel   q -> B fragments in global memory, once per call: for KV head h and
-//       row tile rt (rows 4rt .. 4rt+3 of h, row r = p * group + j as in probe_scores.cu), uint4
-//       [D/32][32 lanes]: lane (g, t) holds column g = (row g/2, hi if g even else lo), channels
-//       2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of two k16 steps. Rows past the last are zeros.
+//   probe_qfrag_kernel, probe_kfrag_kernel  once per call, the operands in fragment order in the
+//       workspace, so the attention kernels load them with coalesced 128-bit loads and never
+//       convert: q (B operand) per KV head h and row tile rt (rows 4rt .. 4rt+3 of h, row r =
+//       p * group + j as in probe_scores.cu), uint4 [D/32][32 lanes]: lane (g, t) holds column g =
+//       (row g/2, hi if g even else lo), channels 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of two k16
+//       steps; k (A operand) per KV head and 16-key tile, per k16 step a uint4 of hi and one of lo
+//       per lane. Rows and keys past the last are zeros. (The k copy is as large as k in f32.)
 //   probe_lse_mma_kernel (skipped when use_lse) one block per (KV head, 8 row tiles): each warp
-//       keeps the B fragments of its 2 row tiles in registers and walks 16-key tiles of its
-//       rows' requests, loading A (hi, lo) straight from k (the 4 warps read the same keys, so
-//       L1 serves three of them); per lane an online (max, sum) of row t over keys g and g + 8;
-//       the 8 lanes of a row are combined with a fixed butterfly at the end.
+//       keeps the B fragments of its 2 row tiles in registers and walks the 16-key tiles of its
+//       rows' requests; per lane an online (max, sum) of row t over keys g and g + 8; the 8 lanes
+//       of a row are combined with a fixed butterfly at the end.
 //   probe_scores_mma_kernel one block per (KV head, 64 keys): each warp keeps the A fragments of
 //       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of
 //       (key g, row t) and (key g + 8, row t) per lane; the 4 lanes of a key are summed with a
@@ -74,6 +76,31 @@ __device__ __forceinline__ void key_frag(const TK * k, const probe_args & a, int
     split2(x3.x, x3.y, hi[3], lo[3]);
 }
 
+// Key fragments, once per call: for KV head h and 16-key tile kt (keys 16kt .. 16kt+15), k16 step
+// kk: uint4 hi then uint4 lo [32 lanes] at ((h * key_tiles + kt) * D/16 + kk) * 64 (+ 32).
+template <int D, typename TK>
+__global__ void __launch_bounds__(kThreads) probe_kfrag_kernel(const TK * __restrict__ k, const probe_args a,
+                                                              uint4 * kf, int64_t key_tiles) {
+    constexpr int KS = D / 16;
+    const int64_t n = int64_t(a.n_kv_heads) * key_tiles * KS * 32;
+    for (int64_t idx = blockIdx.x * int64_t(kThreads) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * kThreads) {
+        const int lane = int(idx % 32), kk = int(idx / 32 % KS);
+        const int64_t kt = idx / (32 * KS) % key_tiles;
+        const int h = int(idx / (32 * KS * key_tiles));
+        uint32_t hi[4], lo[4];
+        key_frag(k, a, h, kt * 16, kk, lane, hi, lo);
+        uint4 * dst = kf + (idx / 32) * 64 + lane;
+        dst[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        dst[32] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+__device__ __forceinline__ void load_afrag(const uint4 * src, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const uint4 h = src[0], l = src[32];
+    hi[0] = h.x, hi[1] = h.y, hi[2] = h.z, hi[3] = h.w;
+    lo[0] = l.x, lo[1] = l.y, lo[2] = l.z, lo[3] = l.w;
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) probe_qfrag_kernel(const probe_args a, uint4 * qf, int64_t row_tiles) {
     const int64_t n = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
@@ -114,9 +141,10 @@ struct row_view {
     __device__ __forceinline__ bool sees(int64_t i, int kpos) const { return i >= k0 && i < k1 && kpos <= pos; }
 };
 
-template <int D, typename TK>
-__global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const TK * __restrict__ k, const probe_args a,
-                                                                 const uint4 * __restrict__ qf, int64_t row_tiles) {
+template <int D>
+__global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_args a, const uint4 * __restrict__ qf,
+                                                                 int64_t row_tiles, const uint4 * __restrict__ kf,
+                                                                 int64_t key_tiles) {
     constexpr int KS = D / 16, R = kLseTilesPerWarp;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t blocks_per_head = (row_tiles + kWarps * R - 1) / (kWarps * R);
@@ -147,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const TK * __re
 #pragma unroll
     for (int j = 0; j < R; ++j) m[j] = -INFINITY, l[j] = 0.0f;
 
-    for (int64_t i0 = kbeg; i0 < kend; i0 += 16) {
+    for (int64_t i0 = kbeg / 16 * 16; i0 < kend; i0 += 16) {
         const int64_t ia = i0 + g, ib = i0 + g + 8;
         const int pa = ia < kend ? a.key_pos[ia] : INT_MAX, pb = ib < kend ? a.key_pos[ib] : INT_MAX;
         bool va[R], vb[R], any = false;
@@ -158,22 +186,26 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const TK * __re
             any |= va[j] || vb[j];
         }
         if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
-        float s[R][4];
+        float s[R][4], sl[R][4];  // products with k hi and k lo: two independent mma chains
 #pragma unroll
-        for (int j = 0; j < R; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
+        const uint4 * ksrc = kf + (int64_t(h) * key_tiles + i0 / 16) * KS * 64 + lane;
 #pragma unroll
         for (int kk = 0; kk < KS; ++kk) {
             uint32_t ah[4], al[4];
-            key_frag(k, a, h, i0, kk, lane, ah, al);
+            load_afrag(ksrc + kk * 64, ah, al);
 #pragma unroll
             for (int j = 0; j < R; ++j) {
                 mma_16816(s[j], ah, bq[j][kk][0], bq[j][kk][1]);
-                mma_16816(s[j], al, bq[j][kk][0], bq[j][kk][1]);
+                mma_16816(sl[j], al, bq[j][kk][0], bq[j][kk][1]);
             }
         }
 #pragma unroll
         for (int j = 0; j < R; ++j) {
-            const float x0 = va[j] ? s[j][0] + s[j][1] : -INFINITY, x1 = vb[j] ? s[j][2] + s[j][3] : -INFINITY;
+            const float x0 = va[j] ? (s[j][0] + sl[j][0]) + (s[j][1] + sl[j][1]) : -INFINITY;
+            const float x1 = vb[j] ? (s[j][2] + sl[j][2]) + (s[j][3] + sl[j][3]) : -INFINITY;
             const float mx = fmaxf(m[j], fmaxf(x0, x1));
             if (mx == -INFINITY) continue;
             l[j] = l[j] * exp2f(m[j] - mx) + exp2f(x0 - mx) + exp2f(x1 - mx);
@@ -199,9 +231,10 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const TK * __re
     }
 }
 
-template <int D, typename TK>
-__global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const TK * __restrict__ k, const probe_args a,
-                                                                    const uint4 * __restrict__ qf, int64_t row_tiles) {
+template <int D>
+__global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_args a, const uint4 * __restrict__ qf,
+                                                                    int64_t row_tiles, const uint4 * __restrict__ kf,
+                                                                    int64_t key_tiles) {
     constexpr int KS = D / 16;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t key_blocks = (a.n_keys + kScoreKeys - 1) / kScoreKeys;
@@ -215,7 +248,8 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const TK * _
 
     uint32_t ah[KS][4], al[KS][4];
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) key_frag(k, a, h, i0, kk, lane, ah[kk], al[kk]);
+    for (int kk = 0; kk < KS; ++kk)
+        load_afrag(kf + (int64_t(h) * key_tiles + min(i0 / 16, key_tiles - 1)) * KS * 64 + kk * 64 + lane, ah[kk], al[kk]);
 
     // The warp's rows: from its first key's request to its last key's (keys are in request order).
     int rbeg = 0, rend = 0;
@@ -234,15 +268,17 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const TK * _
         const bool va = p >= pa0 && p < pa1 && pa <= pos, vb = p >= pb0 && p < pb1 && pb <= pos;
         if (!__any_sync(full_mask, va || vb)) continue;  // warp-uniform
         const uint4 * src = qf + ((int64_t(h) * row_tiles + rt) * (D / 32)) * 32 + lane;
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two mma chains
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) {
             const uint4 v = src[kp * 32];
             mma_16816(s, ah[2 * kp], v.x, v.y);
-            mma_16816(s, al[2 * kp], v.x, v.y);
+            mma_16816(sl, al[2 * kp], v.x, v.y);
             mma_16816(s, ah[2 * kp + 1], v.z, v.w);
-            mma_16816(s, al[2 * kp + 1], v.z, v.w);
+            mma_16816(sl, al[2 * kp + 1], v.z, v.w);
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[e] += sl[e];
         if (va || vb) {
             const float l2 = lse[int64_t(p) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
             if (va) acc_a += exp2f(s[0] + s[1] - l2);
@@ -262,26 +298,34 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const TK * _
 
 template <int D, typename TK>
 void launch(context & ctx, const TK * k, probe_args a) {
+    constexpr int KS = D / 16;
     const int64_t n_rows = int64_t(a.n_probes) * a.group;
     const int64_t row_tiles = std::max<int64_t>((n_rows + 3) / 4, 1);
+    const int64_t key_tiles = std::max<int64_t>((a.n_keys + 15) / 16, 1);
+    // Workspace: lse | q fragments | k fragments (each 16-byte aligned).
     const size_t lse_bytes = (size_t(a.n_probes) * a.n_q_heads * sizeof(float) + 15) / 16 * 16;
     const size_t qf_bytes = size_t(a.n_kv_heads) * size_t(row_tiles) * (D / 32) * 32 * sizeof(uint4);
-    uint8_t * ws = static_cast<uint8_t *>(ctx.workspace(lse_bytes + qf_bytes));
+    const size_t kf_bytes = size_t(a.n_kv_heads) * size_t(key_tiles) * KS * 64 * sizeof(uint4);
+    uint8_t * ws = static_cast<uint8_t *>(ctx.workspace(lse_bytes + qf_bytes + kf_bytes));
     uint4 * qf = reinterpret_cast<uint4 *>(ws + lse_bytes);
-    const int64_t n_frag = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
-    probe_qfrag_kernel<D><<<grid_stride_blocks(n_frag, kThreads, ctx), kThreads, 0, ctx.stream>>>(a, qf, row_tiles);
+    uint4 * kf = reinterpret_cast<uint4 *>(ws + lse_bytes + qf_bytes);
+    const int64_t n_q = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
+    probe_qfrag_kernel<D><<<grid_stride_blocks(n_q, kThreads, ctx), kThreads, 0, ctx.stream>>>(a, qf, row_tiles);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+    const int64_t n_k = int64_t(a.n_kv_heads) * key_tiles * KS * 32;
+    probe_kfrag_kernel<D, TK><<<grid_stride_blocks(n_k, kThreads, ctx), kThreads, 0, ctx.stream>>>(k, a, kf, key_tiles);
     KVCOMP_CUDA_CHECK_LAUNCH();
     if (!a.lse_in && n_rows > 0) {
         a.lse_out = reinterpret_cast<float *>(ws);
         const int64_t blocks = a.n_kv_heads * ((row_tiles + kWarps * kLseTilesPerWarp - 1) / (kWarps * kLseTilesPerWarp));
-        probe_lse_mma_kernel<D, TK><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(k, a, qf, row_tiles);
+        probe_lse_mma_kernel<D><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(a, qf, row_tiles, kf, key_tiles);
         KVCOMP_CUDA_CHECK_LAUNCH();
         a.lse_in = a.lse_out;
     }
     // With no probes the scores are zeros, written by the same kernel (its row loop is empty).
     const int64_t blocks = a.n_kv_heads * ((a.n_keys + kScoreKeys - 1) / kScoreKeys);
     if (blocks == 0) return;
-    probe_scores_mma_kernel<D, TK><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(k, a, qf, row_tiles);
+    probe_scores_mma_kernel<D><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(a, qf, row_tiles, kf, key_tiles);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 

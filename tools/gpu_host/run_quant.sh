@@ -21,6 +21,12 @@ OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
     --csv "$OUT/bench_ops_probe.csv"
   KVCOMP_PROBE_SCORES=simt step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none \
     --commit "$commit" --csv "$OUT/bench_ops_probe_simt.csv"
+  # Per-kernel times of the saliency op where Nsight Systems is installed (PROFILE=0 skips).
+  nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+  if [ "${PROFILE:-1}" != 0 ] && [ -n "$nsys_bin" ]; then
+    step "$nsys_bin" profile -o /tmp/probe_prof --force-overwrite true --stats=true \
+      $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none --reps 5 --warmup 1
+  fi
   if [ "${E2E:-1}" != 0 ]; then
     mkdir -p /tmp/l3_8b
     cp tools/gpu_host/llama3_8b_config.json /tmp/l3_8b/config.json
