@@ -8,6 +8,7 @@
 
 #include "engine/prompt_attention.h"
 #include "host/paged/page_pool.h"
+#include "host/util/parallel_for.h"
 
 namespace kvcomp::engine {
 
@@ -207,40 +208,59 @@ class quant_method : public kv_method {
         const int64_t H = shape_.n_kv_heads, G = q_.block_tokens();
         // Saliency: one probe_scores call and one download for every prompt of the step.
         const std::vector<float> sums = c_.saliency ? step_scores(be, s, q, k, scale) : std::vector<float>{};
-        std::vector<int32_t> plan, rows;
-        for (const prompt_plan & p : plans_) {
-            if (p.quantized == 0) continue;
-            // Per KV head: the prompt's token indices, salient first (ascending), then regular.
-            std::vector<std::vector<int32_t>> order(static_cast<size_t>(H));
-            if (c_.saliency) {
-                std::vector<int32_t> qpos(static_cast<size_t>(p.quantized));
-                for (int32_t i = 0; i < p.quantized; ++i) qpos[size_t(i)] = i;
-                for (int64_t h = 0; h < H; ++h)
-                    order[size_t(h)] = hq::split_by_saliency(
-                        hq::normalized_scores(sums.data() + h * s.n_tokens + p.first_row, qpos, p.probes, c_.nnz,
-                                              p.len - 1),
-                        c_.ratio);
-            } else {
-                for (auto & o : order) {
-                    o.resize(size_t(p.quantized));
-                    for (int32_t i = 0; i < p.quantized; ++i) o[size_t(i)] = i;
-                }
+        // Per prompt and KV head: the prompt's token indices, salient first (ascending), then
+        // regular. The (prompt, head) rankings are independent: they run on host threads.
+        std::vector<std::vector<std::vector<int32_t>>> order(plans_.size());
+        std::vector<std::pair<size_t, int64_t>> jobs;
+        for (size_t pi = 0; pi < plans_.size(); ++pi) {
+            if (plans_[pi].quantized == 0) continue;
+            order[pi].resize(size_t(H));
+            for (int64_t h = 0; h < H; ++h) jobs.emplace_back(pi, h);
+        }
+        host::parallel_for(int64_t(jobs.size()), [&](int64_t j) {
+            const auto [pi, h] = jobs[size_t(j)];
+            const prompt_plan & p = plans_[pi];
+            std::vector<int32_t> & o = order[pi][size_t(h)];
+            if (!c_.saliency) {
+                o.resize(size_t(p.quantized));
+                for (int32_t i = 0; i < p.quantized; ++i) o[size_t(i)] = i;
+                return;
             }
+            std::vector<int32_t> qpos(static_cast<size_t>(p.quantized));
+            for (int32_t i = 0; i < p.quantized; ++i) qpos[size_t(i)] = i;
+            o = hq::split_by_saliency(
+                hq::normalized_scores(sums.data() + h * s.n_tokens + p.first_row, qpos, p.probes, c_.nnz, p.len - 1),
+                c_.ratio);
+        });
+        // The plan (slot, n_hi, n_lo) per block and the source rows [block][head][G] of each.
+        std::vector<int32_t> plan;
+        std::vector<int64_t> first_block(plans_.size(), 0);
+        for (size_t pi = 0; pi < plans_.size(); ++pi) {
+            const prompt_plan & p = plans_[pi];
+            first_block[pi] = int64_t(plan.size() / 3);
+            if (p.quantized == 0) continue;
             const int64_t n_lo = hq::regular_count(p.quantized, c_.ratio), n_hi = p.quantized - n_lo;
             for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
                 const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
-                const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - hi0, 0, q_.hi_tokens));
-                const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - lo0, 0, q_.lo_tokens));
-                plan.insert(plan.end(), {p.new_slots[bi], hi, lo});
-                for (int64_t h = 0; h < H; ++h) {
-                    std::vector<int32_t> blk(size_t(G), 0);
-                    const auto & o = order[size_t(h)];
-                    for (int32_t j = 0; j < hi; ++j) blk[size_t(j)] = p.first_row + o[size_t(hi0 + j)];
-                    for (int32_t j = 0; j < lo; ++j) blk[size_t(hi + j)] = p.first_row + o[size_t(n_hi + lo0 + j)];
-                    rows.insert(rows.end(), blk.begin(), blk.end());
-                }
+                plan.insert(plan.end(), {p.new_slots[bi], int32_t(std::clamp<int64_t>(n_hi - hi0, 0, q_.hi_tokens)),
+                                         int32_t(std::clamp<int64_t>(n_lo - lo0, 0, q_.lo_tokens))});
             }
         }
+        std::vector<int32_t> rows(plan.size() / 3 * size_t(H * G), 0);
+        host::parallel_for(int64_t(jobs.size()), [&](int64_t j) {
+            const auto [pi, h] = jobs[size_t(j)];
+            const prompt_plan & p = plans_[pi];
+            const std::vector<int32_t> & o = order[pi][size_t(h)];
+            const int64_t n_hi = p.quantized - hq::regular_count(p.quantized, c_.ratio);
+            for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
+                const int64_t blk = first_block[pi] + int64_t(bi);
+                const int32_t hi = plan[size_t(3 * blk + 1)], lo = plan[size_t(3 * blk + 2)];
+                const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
+                int32_t * dst = rows.data() + (blk * H + h) * G;
+                for (int32_t x = 0; x < hi; ++x) dst[x] = p.first_row + o[size_t(hi0 + x)];
+                for (int32_t x = 0; x < lo; ++x) dst[hi + x] = p.first_row + o[size_t(n_hi + lo0 + x)];
+            }
+        });
         if (!plan.empty()) {
             const auto t = upload(be, layer_tables_, {plan, rows});
             kv_quantize_params kp;

@@ -58,7 +58,10 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     c.v_group = 0;  // head_dim: one group per token
     c.channel_scale = true;
     c.quantize_whole_prompt = true;
-    c.saliency = true;
+    // At ratio 0 (every token at lo_bits) or 1 (every token at hi_bits) the ranking cannot change
+    // which segment a token lands in, so no probe attention is run: ratio=0 is ZipCache's
+    // quantizer without its saliency estimation (the baseline its cost is measured against).
+    c.saliency = c.ratio > 0.0 && c.ratio < 1.0;
     return make_quant_method(c);
 }
 

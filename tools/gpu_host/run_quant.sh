@@ -5,8 +5,9 @@
 # in one run so every ratio has its baseline from the same visit.
 #   OPS (default probe_scores,kv_quantize,attn_decode_quant), BACKENDS_TEST (default cuda + the GPU's
 #   OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
-#   'none' skips), METHODS (default none,kivi,zipcache), OCL_METHODS (default empty: methods also timed on
-#   NVIDIA OpenCL at batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part.
+#   'none' skips), METHODS (default none,kivi,zipcache; zipcache also runs with ratio=0, i.e. without
+#   saliency estimation), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
+#   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part.
 # Writes under $OUT: quant.log, bench_ops_probe.csv (+ _simt), bench_quant_ttft.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,11 @@ OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
     for m in $(echo "${METHODS:-none,kivi,zipcache}" | tr ',' ' '); do
       bench -b cuda --batches "${BATCHES:-1,16}" --prompts "${PROMPTS:-4096}" --method "$m"
       [ "${LONG:-32768}" != none ] && bench -b cuda --batches 1 --prompts "${LONG:-32768}" --method "$m"
+      if [ "$m" = zipcache ]; then  # the same quantizer without saliency estimation: what it costs
+        bench -b cuda --batches "${BATCHES:-1,16}" --prompts "${PROMPTS:-4096}" --method zipcache --method-opt ratio=0
+        [ "${LONG:-32768}" != none ] && bench -b cuda --batches 1 --prompts "${LONG:-32768}" --method zipcache \
+          --method-opt ratio=0
+      fi
     done
     for m in $(echo "${OCL_METHODS:-}" | tr ',' ' '); do
       bench -b $OCL_GPU --batches 1 --prompts "${PROMPTS:-4096}" --method "$m"
