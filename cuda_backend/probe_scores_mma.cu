@@ -6,7 +6,10 @@
 // x = hi + lo with hi = f16(x), lo = f16(x - hi): the A operand (16 keys) is multiplied once as
 // hi and once as lo, and the B operand's 8 columns are (hi, lo) of 4 query rows, so
 //   s = (k_hi + k_lo) . (q_hi + q_lo)  to ~2^-22 relative, accumulated in fp32,
-// at 4x the mma work of a plain f16 product (still ~30x the SIMT kernels' throughput).
+// at 4x the mma work of a plain f16 product. The lse pass uses k_hi only (2x): an error e in a
+// row's lse scales all of that row's weights by exp(-e), and e is a weighted mean of per-key
+// logit errors (each ~2^-12 relative, of random sign), so it stays far below the test's 1e-6 NMSE
+// (test_backend_ops prints the measured NMSE).
 // q is pre-scaled by scale * log2(e), so logits are in log2 units and weights are exp2(s - lse2).
 //
 // Kernels (128 threads = 4 warps; g = lane / 4, t = lane % 4 as in the mma fragments):
@@ -175,9 +178,23 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
 #pragma unroll
     for (int j = 0; j < R; ++j) m[j] = -INFINITY, l[j] = 0.0f;
 
-    for (int64_t i0 = kbeg / 16 * 16; i0 < kend; i0 += 16) {
+    // Software pipeline: the next tile's key positions and A fragments are loaded while this
+    // tile's mma run (each warp otherwise waits an L2 round trip per tile).
+    const uint4 * kbase = kf + int64_t(h) * key_tiles * KS * 64 + lane;
+    auto load_tile = [&](int64_t i0, int & pa, int & pb, uint4 (&af)[KS]) {
         const int64_t ia = i0 + g, ib = i0 + g + 8;
-        const int pa = ia < kend ? a.key_pos[ia] : INT_MAX, pb = ib < kend ? a.key_pos[ib] : INT_MAX;
+        pa = ia < kend ? a.key_pos[ia] : INT_MAX;
+        pb = ib < kend ? a.key_pos[ib] : INT_MAX;
+        const uint4 * src = kbase + min(i0 / 16, key_tiles - 1) * KS * 64;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) af[kk] = src[kk * 64];  // hi only (see the banner)
+    };
+    uint4 af[KS];
+    int pa = INT_MAX, pb = INT_MAX;
+    int64_t i0 = kbeg / 16 * 16;
+    if (i0 < kend) load_tile(i0, pa, pb, af);
+    for (; i0 < kend; i0 += 16) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
         bool va[R], vb[R], any = false;
 #pragma unroll
         for (int j = 0; j < R; ++j) {
@@ -185,22 +202,21 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
             vb[j] = ib < kend && rows[j].sees(ib, pb);
             any |= va[j] || vb[j];
         }
+        uint4 cur[KS];
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) cur[kk] = af[kk];
+        if (i0 + 16 < kend) load_tile(i0 + 16, pa, pb, af);
         if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
-        float s[R][4], sl[R][4];  // products with k hi and k lo: two independent mma chains
+        float s[R][4], sl[R][4];  // even and odd k16 steps: two independent mma chains per row tile
 #pragma unroll
         for (int j = 0; j < R; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
-        const uint4 * ksrc = kf + (int64_t(h) * key_tiles + i0 / 16) * KS * 64 + lane;
 #pragma unroll
         for (int kk = 0; kk < KS; ++kk) {
-            uint32_t ah[4], al[4];
-            load_afrag(ksrc + kk * 64, ah, al);
+            const uint32_t ah[4] = {cur[kk].x, cur[kk].y, cur[kk].z, cur[kk].w};
 #pragma unroll
-            for (int j = 0; j < R; ++j) {
-                mma_16816(s[j], ah, bq[j][kk][0], bq[j][kk][1]);
-                mma_16816(sl[j], al, bq[j][kk][0], bq[j][kk][1]);
-            }
+            for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
         }
 #pragma unroll
         for (int j = 0; j < R; ++j) {
@@ -261,17 +277,34 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
     }
     const float * lse = a.lse_in;
     float acc_a = 0.0f, acc_b = 0.0f;
-    for (int64_t rt = rbeg / 4; rt * 4 < rend; ++rt) {
+    // Software pipeline: the next row tile's probe position and B fragments are loaded while this
+    // tile's mma run.
+    const uint4 * qbase = qf + int64_t(h) * row_tiles * (D / 32) * 32 + lane;
+    auto load_rows = [&](int64_t rt, int & p, int & pos, uint4 (&bf)[D / 32]) {
         const int64_t r = rt * 4 + t;  // this lane's row
-        int p = -1, pos = -1;
+        p = -1, pos = -1;
         if (r >= rbeg && r < rend) p = int(r / a.group), pos = a.probe_pos[p];
-        const bool va = p >= pa0 && p < pa1 && pa <= pos, vb = p >= pb0 && p < pb1 && pb <= pos;
+        const uint4 * src = qbase + rt * (D / 32) * 32;
+#pragma unroll
+        for (int kp = 0; kp < D / 32; ++kp) bf[kp] = src[kp * 32];
+    };
+    uint4 bf[D / 32];
+    int p = -1, pos = -1;
+    int64_t rt = rbeg / 4;
+    if (rt * 4 < rend) load_rows(rt, p, pos, bf);
+    for (; rt * 4 < rend; ++rt) {
+        const int64_t r = rt * 4 + t;
+        const int pc = p;
+        const bool va = pc >= pa0 && pc < pa1 && pa <= pos, vb = pc >= pb0 && pc < pb1 && pb <= pos;
+        uint4 cur[D / 32];
+#pragma unroll
+        for (int kp = 0; kp < D / 32; ++kp) cur[kp] = bf[kp];
+        if ((rt + 1) * 4 < rend) load_rows(rt + 1, p, pos, bf);
         if (!__any_sync(full_mask, va || vb)) continue;  // warp-uniform
-        const uint4 * src = qf + ((int64_t(h) * row_tiles + rt) * (D / 32)) * 32 + lane;
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two mma chains
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) {
-            const uint4 v = src[kp * 32];
+            const uint4 v = cur[kp];
             mma_16816(s, ah[2 * kp], v.x, v.y);
             mma_16816(sl, al[2 * kp], v.x, v.y);
             mma_16816(s, ah[2 * kp + 1], v.z, v.w);
@@ -280,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[e] += sl[e];
         if (va || vb) {
-            const float l2 = lse[int64_t(p) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
+            const float l2 = lse[int64_t(pc) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
             if (va) acc_a += exp2f(s[0] + s[1] - l2);
             if (vb) acc_b += exp2f(s[2] + s[3] - l2);
         }
