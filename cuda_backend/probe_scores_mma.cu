@@ -1,33 +1,32 @@
 // probe_scores, tensor-core kernels (the default for head_dim 64 and 128; probe_scores.cu picks
 // them and keeps the SIMT kernels as fallback). Same contract, rows and visibility as there.
 //
-// Precision. mma.sync multiplies f16 operands; a logit from f16-rounded q and k would be off by
-// ~1e-3 relative, too much for the 1e-6 NMSE of the backend test. So both operands are split,
-// x = hi + lo with hi = f16(x), lo = f16(x - hi): the A operand (16 keys) is multiplied once as
-// hi and once as lo, and the B operand's 8 columns are (hi, lo) of 4 query rows, so
-//   s = (k_hi + k_lo) . (q_hi + q_lo)  to ~2^-22 relative, accumulated in fp32,
-// at 4x the mma work of a plain f16 product. The lse pass uses k_hi only (2x): an error e in a
-// row's lse scales all of that row's weights by exp(-e), and e is a weighted mean of per-key
-// logit errors (each ~2^-12 relative, of random sign), so it stays far below the test's 1e-6 NMSE
-// (test_backend_ops prints the measured NMSE).
+// Precision. mma.sync multiplies f16 operands; a logit from f16-rounded q and k is off by ~2^-12
+// relative per product. The scores pass splits k, k = k_hi + k_lo (hi = f16(k), lo = f16(k - hi)),
+// and multiplies the A operand (16 keys) once as hi and once as lo, so only q's rounding remains
+// (2x the mma of a plain f16 product). The lse pass uses k_hi: an error e in a row's lse scales all
+// of that row's weights by exp(-e), and e is a weighted mean of per-key logit errors of random
+// sign. Measured NMSE against the double-precision CPU reference is ~1e-9..1e-8 (test_backend_ops
+// prints it; tolerance 1e-6), far below what changes a top-r selection in practice.
 // q is pre-scaled by scale * log2(e), so logits are in log2 units and weights are exp2(s - lse2).
 //
 // Kernels (128 threads = 4 warps; g = lane / 4, t = lane % 4 as in the mma fragments):
 //   probe_qfrag_kernel, probe_kfrag_kernel  once per call, the operands in fragment order in the
 //       workspace, so the attention kernels load them with coalesced 128-bit loads and never
-//       convert: q (B operand) per KV head h and row tile rt (rows 4rt .. 4rt+3 of h, row r =
-//       p * group + j as in probe_scores.cu), uint4 [D/32][32 lanes]: lane (g, t) holds column g =
-//       (row g/2, hi if g even else lo), channels 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of two k16
-//       steps; k (A operand) per KV head and 16-key tile, per k16 step a uint4 of hi and one of lo
-//       per lane. Rows and keys past the last are zeros. (The k copy is as large as k in f32.)
+//       convert: q (B operand, f16) per KV head h and row tile rt (rows 8rt .. 8rt+7 of h, row r =
+//       p * group + j as in probe_scores.cu), uint4 [D/32][32 lanes]: lane (g, t) holds column g
+//       = row g of the tile, channels 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of two k16 steps; k (A
+//       operand) per KV head and 16-key tile, per k16 step a uint4 of hi and one of lo per lane.
+//       Rows and keys past the last are zeros. (The k copy is as large as k in f32.)
 //   probe_lse_mma_kernel (skipped when use_lse) one block per (KV head, 8 row tiles): each warp
 //       keeps the B fragments of its 2 row tiles in registers and walks the 16-key tiles of its
-//       rows' requests; per lane an online (max, sum) of row t over keys g and g + 8; the 8 lanes
-//       of a row are combined with a fixed butterfly at the end.
+//       rows' requests; per lane an online (max, sum) of rows 2t and 2t + 1 over keys g and
+//       g + 8; the 8 lanes of a row are combined with a fixed butterfly at the end.
 //   probe_scores_mma_kernel one block per (KV head, 64 keys): each warp keeps the A fragments of
-//       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of
-//       (key g, row t) and (key g + 8, row t) per lane; the 4 lanes of a key are summed with a
+//       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of keys
+//       g and g + 8 against rows 2t and 2t + 1 per lane; the 4 lanes of a key are summed with a
 //       fixed butterfly at the end.
+// Both walks are software-pipelined: the next tile's operands load during this tile's mma.
 // A 16-key tile / row tile no (key, row) pair of the warp sees is skipped (warp vote). Every sum
 // has a fixed order: results are identical run to run.
 #include <climits>
@@ -41,7 +40,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kLseTilesPerWarp = 2;  // row tiles (4 rows) per warp in the lse kernel
+constexpr int kRowTile = 8;          // query rows per B operand (its 8 columns)
+constexpr int kLseTilesPerWarp = 2;  // row tiles per warp in the lse kernel
 constexpr int kScoreKeys = kWarps * 16;  // keys per block in the scores kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) probe_qfrag_kernel(const probe_args 
         const int lane = int(idx % 32), kp = int(idx / 32 % (D / 32));
         const int64_t rt = idx / (32 * (D / 32)) % row_tiles;
         const int h = int(idx / (32 * (D / 32) * row_tiles));
-        const int col = lane >> 2, t = lane & 3;
-        const int64_t r = rt * 4 + col / 2;
+        const int t = lane & 3;
+        const int64_t r = rt * kRowTile + (lane >> 2);  // column g = row g of the tile
         uint32_t w[4] = {0u, 0u, 0u, 0u};
         if (r < n_rows) {
             const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
@@ -122,9 +122,7 @@ __global__ void __launch_bounds__(kThreads) probe_qfrag_kernel(const probe_args 
 #pragma unroll
             for (int j = 0; j < 4; ++j) {  // b0, b1 of step 2kp, then of step 2kp + 1
                 const int c = 16 * (2 * kp + j / 2) + 2 * t + 8 * (j % 2);
-                uint32_t hi, lo;
-                split2(q[c] * qs, q[c + 1] * qs, hi, lo);
-                w[j] = col % 2 ? lo : hi;
+                w[j] = pack_half2(q[c] * qs, q[c + 1] * qs);
             }
         }
         qf[idx] = make_uint4(w[0], w[1], w[2], w[3]);
@@ -133,8 +131,9 @@ __global__ void __launch_bounds__(kThreads) probe_qfrag_kernel(const probe_args 
 
 // Row r's probe, its position and its request's keys [k0, k1) (r past the rows: sees nothing).
 struct row_view {
-    int p = 0, pos = -1;
+    int p = -1, pos = -1;
     int64_t k0 = 0, k1 = 0;
+    __device__ __forceinline__ row_view() {}
     __device__ __forceinline__ row_view(const probe_args & a, int64_t r) {
         if (r >= int64_t(a.n_probes) * a.group) return;
         p = int(r / a.group);
@@ -156,10 +155,11 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
     const int64_t n_rows = int64_t(a.n_probes) * a.group;
 
     uint32_t bq[R][KS][2];
-    row_view rows[R] = {row_view(a, (rt0 + 0) * 4 + t), row_view(a, (rt0 + 1) * 4 + t)};
-    static_assert(R == 2, "rows[] initializer");
+    row_view rows[R][2];  // this lane's rows 2t, 2t + 1 of each row tile
 #pragma unroll
     for (int j = 0; j < R; ++j) {
+        rows[j][0] = row_view(a, (rt0 + j) * kRowTile + 2 * t);
+        rows[j][1] = row_view(a, (rt0 + j) * kRowTile + 2 * t + 1);
         const uint4 * src = qf + ((int64_t(h) * row_tiles + min(rt0 + j, row_tiles - 1)) * (D / 32)) * 32 + lane;
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) {
@@ -169,14 +169,14 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
     }
     // The warp's keys: from its first row's request to its last row's (rows are in probe order).
     int64_t kbeg = 0, kend = 0;
-    if (rt0 * 4 < n_rows) {
+    if (rt0 * kRowTile < n_rows) {
         int64_t unused;
-        probe_keys(a, int((rt0 * 4) / a.group), &kbeg, &unused);
-        probe_keys(a, int((min((rt0 + R) * 4, n_rows) - 1) / a.group), &unused, &kend);
+        probe_keys(a, int((rt0 * kRowTile) / a.group), &kbeg, &unused);
+        probe_keys(a, int((min((rt0 + R) * kRowTile, n_rows) - 1) / a.group), &unused, &kend);
     }
-    float m[R], l[R];
+    float m[R][2], l[R][2];
 #pragma unroll
-    for (int j = 0; j < R; ++j) m[j] = -INFINITY, l[j] = 0.0f;
+    for (int j = 0; j < R; ++j) m[j][0] = m[j][1] = -INFINITY, l[j][0] = l[j][1] = 0.0f;
 
     // Software pipeline: the next tile's key positions and A fragments are loaded while this
     // tile's mma run (each warp otherwise waits an L2 round trip per tile).
@@ -195,13 +195,15 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
     if (i0 < kend) load_tile(i0, pa, pb, af);
     for (; i0 < kend; i0 += 16) {
         const int64_t ia = i0 + g, ib = i0 + g + 8;
-        bool va[R], vb[R], any = false;
+        bool va[R][2], vb[R][2], any = false;
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-            va[j] = ia < kend && rows[j].sees(ia, pa);
-            vb[j] = ib < kend && rows[j].sees(ib, pb);
-            any |= va[j] || vb[j];
-        }
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                va[j][e] = ia < kend && rows[j][e].sees(ia, pa);
+                vb[j][e] = ib < kend && rows[j][e].sees(ib, pb);
+                any |= va[j][e] || vb[j][e];
+            }
         uint4 cur[KS];
 #pragma unroll
         for (int kk = 0; kk < KS; ++kk) cur[kk] = af[kk];
@@ -219,32 +221,36 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
             for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
         }
 #pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const float x0 = va[j] ? (s[j][0] + sl[j][0]) + (s[j][1] + sl[j][1]) : -INFINITY;
-            const float x1 = vb[j] ? (s[j][2] + sl[j][2]) + (s[j][3] + sl[j][3]) : -INFINITY;
-            const float mx = fmaxf(m[j], fmaxf(x0, x1));
-            if (mx == -INFINITY) continue;
-            l[j] = l[j] * exp2f(m[j] - mx) + exp2f(x0 - mx) + exp2f(x1 - mx);
-            m[j] = mx;
-        }
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // c[e]: key g, row 2t + e; c[2 + e]: key g + 8
+                const float x0 = va[j][e] ? s[j][e] + sl[j][e] : -INFINITY;
+                const float x1 = vb[j][e] ? s[j][2 + e] + sl[j][2 + e] : -INFINITY;
+                const float mx = fmaxf(m[j][e], fmaxf(x0, x1));
+                if (mx == -INFINITY) continue;
+                l[j][e] = l[j][e] * exp2f(m[j][e] - mx) + exp2f(x0 - mx) + exp2f(x1 - mx);
+                m[j][e] = mx;
+            }
     }
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-        // Lanes t, t + 4, ..., t + 28 hold row t's parts.
-        float mx = m[j];
-        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 16));
-        float part = m[j] == -INFINITY ? 0.0f : l[j] * exp2f(m[j] - mx);
-        part += __shfl_xor_sync(full_mask, part, 4);
-        part += __shfl_xor_sync(full_mask, part, 8);
-        part += __shfl_xor_sync(full_mask, part, 16);
-        const int64_t r = (rt0 + j) * 4 + t;
-        if (g == 0 && r < n_rows) {
-            const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
-            a.lse_out[int64_t(p) * a.n_q_heads + qh] = mx == -INFINITY ? -INFINITY : (mx + log2f(part)) / kLog2e;
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            // Lanes t, t + 4, ..., t + 28 hold rows 2t, 2t + 1's parts.
+            float mx = m[j][e];
+            mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 16));
+            float part = m[j][e] == -INFINITY ? 0.0f : l[j][e] * exp2f(m[j][e] - mx);
+            part += __shfl_xor_sync(full_mask, part, 4);
+            part += __shfl_xor_sync(full_mask, part, 8);
+            part += __shfl_xor_sync(full_mask, part, 16);
+            const int64_t r = (rt0 + j) * kRowTile + 2 * t + e;
+            if (g == 0 && r < n_rows) {
+                const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
+                a.lse_out[int64_t(p) * a.n_q_heads + qh] = mx == -INFINITY ? -INFINITY : (mx + log2f(part)) / kLog2e;
+            }
         }
-    }
 }
 
 template <int D>
@@ -277,30 +283,39 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
     }
     const float * lse = a.lse_in;
     float acc_a = 0.0f, acc_b = 0.0f;
-    // Software pipeline: the next row tile's probe position and B fragments are loaded while this
-    // tile's mma run.
+    // Software pipeline: the next row tile's probes and B fragments are loaded while this tile's
+    // mma run. This lane's rows of a tile: 2t and 2t + 1 (p = -1 outside [rbeg, rend)).
     const uint4 * qbase = qf + int64_t(h) * row_tiles * (D / 32) * 32 + lane;
-    auto load_rows = [&](int64_t rt, int & p, int & pos, uint4 (&bf)[D / 32]) {
-        const int64_t r = rt * 4 + t;  // this lane's row
-        p = -1, pos = -1;
-        if (r >= rbeg && r < rend) p = int(r / a.group), pos = a.probe_pos[p];
+    auto load_rows = [&](int64_t rt, int (&p)[2], int (&pos)[2], uint4 (&bf)[D / 32]) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int64_t r = rt * kRowTile + 2 * t + e;
+            p[e] = -1, pos[e] = -1;
+            if (r >= rbeg && r < rend) p[e] = int(r / a.group), pos[e] = a.probe_pos[p[e]];
+        }
         const uint4 * src = qbase + rt * (D / 32) * 32;
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) bf[kp] = src[kp * 32];
     };
     uint4 bf[D / 32];
-    int p = -1, pos = -1;
-    int64_t rt = rbeg / 4;
-    if (rt * 4 < rend) load_rows(rt, p, pos, bf);
-    for (; rt * 4 < rend; ++rt) {
-        const int64_t r = rt * 4 + t;
-        const int pc = p;
-        const bool va = pc >= pa0 && pc < pa1 && pa <= pos, vb = pc >= pb0 && pc < pb1 && pb <= pos;
+    int p[2] = {-1, -1}, pos[2] = {-1, -1};
+    int64_t rt = rbeg / kRowTile;
+    if (rt * kRowTile < rend) load_rows(rt, p, pos, bf);
+    for (; rt * kRowTile < rend; ++rt) {
+        bool va[2], vb[2];
+        int pc[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            pc[e] = p[e];
+            va[e] = pc[e] >= pa0 && pc[e] < pa1 && pa <= pos[e];
+            vb[e] = pc[e] >= pb0 && pc[e] < pb1 && pb <= pos[e];
+        }
         uint4 cur[D / 32];
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) cur[kp] = bf[kp];
-        if ((rt + 1) * 4 < rend) load_rows(rt + 1, p, pos, bf);
-        if (!__any_sync(full_mask, va || vb)) continue;  // warp-uniform
+        const int64_t r0 = rt * kRowTile + 2 * t;
+        if ((rt + 1) * kRowTile < rend) load_rows(rt + 1, p, pos, bf);
+        if (!__any_sync(full_mask, va[0] || va[1] || vb[0] || vb[1])) continue;  // warp-uniform
         float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // two mma chains
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) {
@@ -311,11 +326,12 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
             mma_16816(sl, al[2 * kp + 1], v.z, v.w);
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[e] += sl[e];
-        if (va || vb) {
-            const float l2 = lse[int64_t(pc) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
-            if (va) acc_a += exp2f(s[0] + s[1] - l2);
-            if (vb) acc_b += exp2f(s[2] + s[3] - l2);
+        for (int e = 0; e < 2; ++e) {  // s[e]: key g, row 2t + e; s[2 + e]: key g + 8
+            if (!va[e] && !vb[e]) continue;
+            const int64_t r = r0 + e;
+            const float l2 = lse[int64_t(pc[e]) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
+            if (va[e]) acc_a += exp2f(s[e] + sl[e] - l2);
+            if (vb[e]) acc_b += exp2f(s[2 + e] + sl[2 + e] - l2);
         }
     }
     // Lanes 4g .. 4g + 3 hold keys g and g + 8.
@@ -333,7 +349,7 @@ template <int D, typename TK>
 void launch(context & ctx, const TK * k, probe_args a) {
     constexpr int KS = D / 16;
     const int64_t n_rows = int64_t(a.n_probes) * a.group;
-    const int64_t row_tiles = std::max<int64_t>((n_rows + 3) / 4, 1);
+    const int64_t row_tiles = std::max<int64_t>((n_rows + kRowTile - 1) / kRowTile, 1);
     const int64_t key_tiles = std::max<int64_t>((a.n_keys + 15) / 16, 1);
     // Workspace: lse | q fragments | k fragments (each 16-byte aligned).
     const size_t lse_bytes = (size_t(a.n_probes) * a.n_q_heads * sizeof(float) + 15) / 16 * 16;
