@@ -2,9 +2,10 @@
 //
 // Two deterministic passes: the per-(probe, query head) log-denominators (unless the caller
 // supplies them) into the backend's scratch buffer, then one work-item per key summing over the
-// group's query heads and the probes of its request in a fixed order. No float atomics, so
-// results do not depend on scheduling. The ragged form (batch > 0) serves a whole step's requests
-// in one call; each probe only walks its own request's keys.
+// rows (probe, query head) of its request in a fixed order. No float atomics, so results do not
+// depend on scheduling. The ragged form (batch > 0) serves a whole step's requests in one call;
+// each probe only walks its own request's keys. Both passes stage RT query rows at a time in local
+// memory against keys held in private memory (RT = 16, fewer when local memory is short).
 #include <algorithm>
 
 #include "opencl/cl_common.h"
@@ -16,6 +17,19 @@ namespace {
 constexpr float kLog2e = 1.44269504088896340736f;  // dots are pre-scaled so the kernels use exp2
 constexpr size_t kLseGroup = 128;                   // keys per work-group in the lse pass
 constexpr size_t kKeyGroup = 64;                    // keys per work-group in the scores pass
+constexpr size_t kMaxRowTile = 16;                  // query rows staged per tile
+
+// Local memory of kvc_probe_lse (the larger of the two kernels) for a row tile and work-group size.
+size_t lse_local_bytes(int64_t head_dim, size_t rt, size_t nt) {
+    return sizeof(float) * (rt * size_t(head_dim) + 2 * rt * nt);
+}
+
+// The largest row tile (a power of two <= 16) whose kernels fit the device's local memory; 0: none.
+size_t row_tile(const cl_backend & be, int64_t head_dim, size_t nt) {
+    for (size_t rt = kMaxRowTile; rt >= 1; rt /= 2)
+        if (lse_local_bytes(head_dim, rt, nt) + 64 <= be.dev().local_mem_bytes) return rt;
+    return 0;
+}
 
 }  // namespace
 
@@ -24,7 +38,7 @@ support supports_probe_scores(const cl_backend & be, const op_desc & op) {
     if (p.head_dim > 1024) return support::no("head_dim must be at most 1024");
     if (p.n_keys > 0x7fffffff || p.n_probes > 0x7fffffff || p.row_tokens > 0x7fffffff || p.batch > 0x7fffffff)
         return support::no("keys, probes, row_tokens and batch must fit in 32-bit ints");
-    if (sizeof(float) * size_t(p.head_dim) + 2 * sizeof(float) * kLseGroup > be.dev().local_mem_bytes)
+    if (row_tile(be, p.head_dim, be.reduction_wg(kLseGroup)) == 0)
         return support::no("not enough local memory for head_dim " + std::to_string(p.head_dim));
     return support::yes();
 }
@@ -42,7 +56,7 @@ void run_probe_scores(cl_backend & be, const op_desc & op) {
     size_t nt = be.reduction_wg(kLseGroup);
     for (;; nt /= 2) {
         defs = base;
-        defs.add("NT", nt);
+        defs.add("NT", nt).add("RT", row_tile(be, p.head_dim, nt));
         lse_k = be.kernel("probe_scores.cl", defs, "kvc_probe_lse");
         if (nt == 1 || be.kernel_wg_limit(lse_k) >= nt) break;
     }
@@ -55,10 +69,12 @@ void run_probe_scores(cl_backend & be, const op_desc & op) {
     if (!p.use_lse && p.n_probes > 0) {
         lse = be.scratch(size_t(p.n_probes * p.n_q_heads) * sizeof(float));
         set_args(lse_k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), probe_ip, key_ip, lse,
-                 to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads), to_int(p.row_tokens),
-                 to_int(p.batch), cl_float(qscale));
+                 to_int(p.n_probes), to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads),
+                 to_int(p.row_tokens), to_int(p.batch), cl_float(qscale));
+        const size_t rt = row_tile(be, p.head_dim, nt);
+        const size_t n_rows = size_t(p.n_probes * (p.n_q_heads / p.n_kv_heads));
         const size_t local[3] = {nt, 1, 1};
-        const size_t global[3] = {nt, size_t(p.n_q_heads), size_t(p.n_probes)};
+        const size_t global[3] = {nt, (n_rows + rt - 1) / rt, size_t(p.n_kv_heads)};
         be.launch(lse_k, 3, global, local);
     }
 

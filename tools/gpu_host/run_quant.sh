@@ -17,7 +17,7 @@ OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
   for be in cuda $OCL_GPU; do
     KVCOMP_TEST_REQUIRE=cuda,opencl step $B/test_backend_ops -b $be -o "$OPS"
   done
-  step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none --commit "$commit" \
+  step $B/bench_ops -b cuda,$OCL_GPU -o probe_scores --contexts none --prefill none --commit "$commit" \
     --csv "$OUT/bench_ops_probe.csv"
   KVCOMP_PROBE_SCORES=simt step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none \
     --commit "$commit" --csv "$OUT/bench_ops_probe_simt.csv"
