@@ -10,6 +10,7 @@
 
 #include "backend_cuda.h"
 #include "core/registry.h"
+#include "upload_staging.h"
 
 namespace kvcomp::cuda {
 
@@ -170,9 +171,11 @@ class cuda_backend : public backend {
         check_range(dst, offset, nbytes, "upload");
         if (nbytes == 0) return;
         device_guard g(ctx_.device);
-        // Synchronous for the caller: src may be freed as soon as this returns.
-        KVCOMP_CUDA_CHECK(cudaMemcpyAsync(static_cast<cuda_buffer &>(dst).data() + offset, src, nbytes,
-                                          cudaMemcpyHostToDevice, ctx_.stream));
+        // src may be freed as soon as this returns: staged through pinned memory (no wait), or
+        // copied directly and waited for when it does not fit a staging slot.
+        void * d = static_cast<cuda_buffer &>(dst).data() + offset;
+        if (staging_.enqueue(d, src, nbytes, ctx_.stream)) return;
+        KVCOMP_CUDA_CHECK(cudaMemcpyAsync(d, src, nbytes, cudaMemcpyHostToDevice, ctx_.stream));
         KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     }
 
@@ -249,6 +252,7 @@ class cuda_backend : public backend {
     }
 
     void destroy() noexcept {
+        staging_.release();  // callers synchronized the stream first
         if (t1_) (void)cudaEventDestroy(t1_);
         if (t0_) (void)cudaEventDestroy(t0_);
         if (ctx_.cublas) (void)cublasDestroy(ctx_.cublas);
@@ -264,6 +268,7 @@ class cuda_backend : public backend {
     bool debug_sync_ = false;
     bool timing_ = false;
     cudaEvent_t t0_ = nullptr, t1_ = nullptr;
+    upload_staging staging_;
 };
 
 std::string version_string(int v) {  // 13000 -> "13.0"
