@@ -55,6 +55,8 @@ int run_bench(int argc, char ** argv) {
         "gen", po::value<long>()->default_value(32), "tokens generated per request")(
         "max-kv-gib", po::value<double>()->default_value(40.0), "skip grid points whose KV cache would exceed this")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
+        "warmup", po::value<long>()->default_value(1),
+        "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(
         "csv", po::value<std::string>(), "append rows to this CSV (the schema of kvcomp eval, task \"bench\")")(
         "commit", po::value<std::string>()->default_value("unknown"), "commit id recorded in the CSV")(
         "json", "print the results as one JSON object instead of a table");
@@ -119,6 +121,22 @@ int run_bench(int argc, char ** argv) {
         result_rows rows(vm.count("csv") ? vm["csv"].as<std::string>() : "", vm["commit"].as<std::string>());
         const uint64_t prompt_seed = 7;  // random prompt tokens; speed does not depend on them
         std::mt19937 rng(prompt_seed);
+        // Warm-up: the first grid point, untimed. Its first run would otherwise also pay one-time
+        // costs (lazily loaded kernels, workspace growth, library heuristics) in its TTFT.
+        const long warmup = vm["warmup"].as<long>();
+        KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
+        std::mt19937 warm_rng(prompt_seed + 1);
+        for (long w = 0; w < warmup; ++w) {
+            for (long b = 0; b < grid.front().batch; ++b) {
+                engine::generation_request r;
+                for (long i = 0; i < grid.front().prompt; ++i)
+                    r.prompt.push_back(int32_t(warm_rng() % uint32_t(mc.vocab_size)));
+                r.max_new_tokens = 2;
+                r.stop_at_eos = false;
+                eng.submit(r);
+            }
+            eng.run();
+        }
         progress_bar bar(long(grid.size()));
         long done_points = 0;
         for (const point & pt : grid) {
