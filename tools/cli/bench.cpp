@@ -76,6 +76,8 @@ int run_bench(int argc, char ** argv) {
         const auto prompts = parse_positive_list(vm["prompts"].as<std::string>(), "--prompts");
         const long gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(gen >= 2, "--gen must be >= 2 to measure time between tokens");
+        const long warmup = vm["warmup"].as<long>();
+        KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
         const double kv_token_bytes = double(mc.num_hidden_layers * mc.kv_dim()) * 2 * 2;  // fp16 K and V
         const double max_kv = vm["max-kv-gib"].as<double>() * double(1ull << 30);
@@ -123,8 +125,6 @@ int run_bench(int argc, char ** argv) {
         std::mt19937 rng(prompt_seed);
         // Warm-up: the first grid point, untimed. Its first run would otherwise also pay one-time
         // costs (lazily loaded kernels, workspace growth, library heuristics) in its TTFT.
-        const long warmup = vm["warmup"].as<long>();
-        KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
         std::mt19937 warm_rng(prompt_seed + 1);
         for (long w = 0; w < warmup; ++w) {
             for (long b = 0; b < grid.front().batch; ++b) {
