@@ -1,8 +1,10 @@
 // The CUDA backend: device enumeration, the backend object (one stream, one cuBLAS handle bound
 // to it, a growable workspace), buffers, transfers, timing, and op dispatch to the *.cu files.
 //
-// Environment: KVCOMP_DEBUG_SYNC=1 synchronizes the stream after every op and reports any
-// asynchronous fault against that op (read once per backend, here).
+// Environment (read once per backend, here): KVCOMP_DEBUG_SYNC=1 synchronizes the stream after
+// every op and reports any asynchronous fault against that op; KVCOMP_PROFILE_OPS=1 times every op
+// on the stream and prints the per-op totals when the backend is destroyed (op_profile.h).
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "backend_cuda.h"
 #include "core/registry.h"
+#include "op_profile.h"
 #include "upload_staging.h"
 
 namespace kvcomp::cuda {
@@ -60,8 +63,8 @@ void context::release_workspace() {
 
 namespace {
 
-bool debug_sync_enabled() {
-    const char * v = std::getenv("KVCOMP_DEBUG_SYNC");
+bool env_flag(const char * name) {
+    const char * v = std::getenv(name);
     return v && *v && std::string(v) != "0";
 }
 
@@ -100,7 +103,8 @@ class device_guard {
 
 class cuda_backend : public backend {
   public:
-    cuda_backend(int device, device_info info) : info_(std::move(info)), debug_sync_(debug_sync_enabled()) {
+    cuda_backend(int device, device_info info) : info_(std::move(info)), debug_sync_(env_flag("KVCOMP_DEBUG_SYNC")),
+          profile_(env_flag("KVCOMP_PROFILE_OPS") ? std::make_unique<op_profile>() : nullptr) {
         ctx_.device = device;
         device_guard g(device);
         KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -127,6 +131,7 @@ class cuda_backend : public backend {
         try {
             device_guard g(ctx_.device);
             if (ctx_.stream) (void)cudaStreamSynchronize(ctx_.stream);
+            if (profile_) profile_->report(info_.device_name + " (" + name() + ")");
             ctx_.release_workspace();
         } catch (...) {
             // A faulted device: nothing more can be done while tearing down.
@@ -185,12 +190,12 @@ class cuda_backend : public backend {
         device_guard g(ctx_.device);
         KVCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const cuda_buffer &>(src).data() + offset, nbytes,
                                           cudaMemcpyDeviceToHost, ctx_.stream));
-        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        wait_stream();
     }
 
     void synchronize() override {
         device_guard g(ctx_.device);
-        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        wait_stream();
     }
 
     void timer_start() override {
@@ -212,6 +217,7 @@ class cuda_backend : public backend {
   protected:
     void run_checked(const op_desc & op) override {
         device_guard g(ctx_.device);
+        if (profile_) profile_->begin(ctx_.stream);
         switch (op.type) {
             case op_type::copy: run_copy(ctx_, op); break;
             case op_type::add: run_add(ctx_, op); break;
@@ -235,6 +241,7 @@ class cuda_backend : public backend {
             case op_type::attn_decode_palu: run_attn_decode_palu(ctx_, op); break;
             default: KVCOMP_THROW(status::internal, name(), ": no kernel for op ", op_label(op.type));
         }
+        if (profile_) profile_->end(op_label(op.type), ctx_.stream);
         if (debug_sync_) {
             const cudaError_t e = cudaStreamSynchronize(ctx_.stream);
             if (e != cudaSuccess)
@@ -244,6 +251,17 @@ class cuda_backend : public backend {
     }
 
   private:
+    // Blocks until the stream is idle; with profiling, the time blocked is the device's backlog.
+    void wait_stream() {
+        if (!profile_) {
+            KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+            return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        KVCOMP_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+        profile_->add_host_wait(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+
     void check_range(const buffer & b, size_t offset, size_t nbytes, const char * what) const {
         KVCOMP_CHECK_ARG(&b.owner() == this, name(), ": ", what, " with a buffer of backend ",
                          b.owner().name());
@@ -252,6 +270,7 @@ class cuda_backend : public backend {
     }
 
     void destroy() noexcept {
+        if (profile_) profile_->release();
         staging_.release();  // callers synchronized the stream first
         if (t1_) (void)cudaEventDestroy(t1_);
         if (t0_) (void)cudaEventDestroy(t0_);
@@ -266,6 +285,7 @@ class cuda_backend : public backend {
     device_info info_;
     context ctx_;
     bool debug_sync_ = false;
+    std::unique_ptr<op_profile> profile_;
     bool timing_ = false;
     cudaEvent_t t0_ = nullptr, t1_ = nullptr;
     upload_staging staging_;

@@ -6,7 +6,8 @@
 #   OPS (default probe_scores,kv_quantize,attn_decode_quant; tested on CUDA and NVIDIA OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
 #   'none' skips), METHODS (default none,kivi,zipcache; zipcache also runs with ratio=0, i.e. without
 #   saliency estimation), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
-#   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part.
+#   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part, PROFILE=0 the per-op profile
+#   of zipcache's prefill (KVCOMP_PROFILE_OPS).
 # Writes under $OUT: quant.log, bench_ops_probe.csv (+ _simt), bench_quant_ttft.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,12 +22,6 @@ OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
     --csv "$OUT/bench_ops_probe.csv"
   KVCOMP_PROBE_SCORES=simt step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none \
     --commit "$commit" --csv "$OUT/bench_ops_probe_simt.csv"
-  # Per-kernel times of the saliency op where Nsight Systems is installed (PROFILE=0 skips).
-  nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-  if [ "${PROFILE:-1}" != 0 ] && [ -n "$nsys_bin" ]; then
-    step "$nsys_bin" profile -o /tmp/probe_prof --force-overwrite true --stats=true \
-      $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none --reps 5 --warmup 1
-  fi
   if [ "${E2E:-1}" != 0 ]; then
     mkdir -p /tmp/l3_8b
     cp tools/gpu_host/llama3_8b_config.json /tmp/l3_8b/config.json
@@ -43,6 +38,16 @@ OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
           --method-opt ratio=0
       fi
     done
+    # Where the prefill time goes (PROFILE=0 skips): per-op device time (KVCOMP_PROFILE_OPS) of
+    # zipcache and its no-saliency baseline; wall minus the ops' sum is time the GPU sat idle.
+    if [ "${PROFILE:-1}" != 0 ]; then
+      for opt in ratio=0.4 ratio=0; do
+        prof() { KVCOMP_PROFILE_OPS=1 step $B/kvcomp bench -m /tmp/l3_8b --random-weights --gen 2 --warmup 0 \
+          -b cuda --method zipcache --method-opt $opt "$@"; }
+        prof --batches 16 --prompts "${PROMPTS:-4096}"
+        [ "${LONG:-32768}" != none ] && prof --batches 1 --prompts "${LONG:-32768}"
+      done
+    fi
     for m in $(echo "${OCL_METHODS:-}" | tr ',' ' '); do
       bench -b $OCL_GPU --batches 1 --prompts "${PROMPTS:-4096}" --method "$m"
     done

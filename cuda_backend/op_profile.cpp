@@ -1,0 +1,84 @@
+// op_profile: see op_profile.h.
+#include "op_profile.h"
+
+#include <cstdio>
+
+#include "backend_cuda.h"
+
+namespace kvcomp::cuda {
+
+cudaEvent_t op_profile::take_event() {
+    if (!free_.empty()) {
+        cudaEvent_t e = free_.back();
+        free_.pop_back();
+        return e;
+    }
+    cudaEvent_t e = nullptr;
+    KVCOMP_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+}
+
+void op_profile::begin(cudaStream_t stream) {
+    if (!started_) wall_start_ = std::chrono::steady_clock::now(), started_ = true;
+    if (pending_.size() >= kMaxPending) drain(kMaxPending / 2);
+    open_.start = take_event();
+    KVCOMP_CUDA_CHECK(cudaEventRecord(open_.start, stream));
+}
+
+void op_profile::end(const char * label, cudaStream_t stream) {
+    open_.stop = take_event();
+    open_.label = label;
+    KVCOMP_CUDA_CHECK(cudaEventRecord(open_.stop, stream));
+    pending_.push_back(open_);
+    open_ = pair{};
+}
+
+// Waits for and sums all but the newest `keep` pairs, returning their events to the free list.
+void op_profile::drain(size_t keep) {
+    const size_t n = pending_.size() > keep ? pending_.size() - keep : 0;
+    for (size_t i = 0; i < n; ++i) {
+        pair & p = pending_[i];
+        KVCOMP_CUDA_CHECK(cudaEventSynchronize(p.stop));
+        float ms = 0.0f;
+        KVCOMP_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
+        total & t = totals_[p.label];
+        t.ms += double(ms);
+        ++t.count;
+        free_.push_back(p.start);
+        free_.push_back(p.stop);
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + std::ptrdiff_t(n));
+}
+
+void op_profile::report(const std::string & device_name) noexcept {
+    if (!started_) return;
+    try {
+        drain(0);
+    } catch (...) {
+        std::fprintf(stderr, "KVCOMP_PROFILE_OPS: %s: events could not be read (device fault?)\n",
+                     device_name.c_str());
+        return;
+    }
+    const double wall =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start_).count();
+    double sum = 0.0;
+    for (const auto & kv : totals_) sum += kv.second.ms;
+    std::fprintf(stderr, "KVCOMP_PROFILE_OPS %s: wall %.1f ms from the first op, ops %.1f ms (%.1f%%), "
+                         "host blocked in download/synchronize %.1f ms\n",
+                 device_name.c_str(), wall, sum, wall > 0 ? 100.0 * sum / wall : 0.0, host_wait_ms_);
+    std::fprintf(stderr, "  %-22s %10s %12s %10s %7s\n", "op", "count", "total ms", "mean us", "share");
+    for (const auto & kv : totals_)
+        std::fprintf(stderr, "  %-22s %10lld %12.2f %10.2f %6.1f%%\n", kv.first.c_str(), kv.second.count,
+                     kv.second.ms, 1000.0 * kv.second.ms / double(kv.second.count),
+                     sum > 0 ? 100.0 * kv.second.ms / sum : 0.0);
+}
+
+void op_profile::release() noexcept {
+    for (pair & p : pending_) free_.push_back(p.start), free_.push_back(p.stop);
+    pending_.clear();
+    if (open_.start) free_.push_back(open_.start), open_.start = nullptr;
+    for (cudaEvent_t e : free_) (void)cudaEventDestroy(e);
+    free_.clear();
+}
+
+}  // namespace kvcomp::cuda

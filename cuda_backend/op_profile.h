@@ -1,0 +1,56 @@
+// Per-op GPU time for KVCOMP_PROFILE_OPS=1: an event pair around every op on the backend's stream,
+// summed per op name, plus the time the host spent blocked in downloads and synchronizations, and
+// the stream's busy span. Printed to stderr when the backend is destroyed. What it answers: where
+// the device time of a run goes, and how much of the wall time the device sat idle (wall minus the
+// ops' sum), e.g. while a KV method ranks tokens on the host between two layers.
+// Events are recycled: once kMaxPending pairs are outstanding the oldest are waited for and summed,
+// so a long run holds a bounded number of events (that wait is itself a synchronization: profiling
+// perturbs what it measures a little, never the results).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvcomp::cuda {
+
+class op_profile {
+  public:
+    op_profile() = default;
+    op_profile(const op_profile &) = delete;
+    op_profile & operator=(const op_profile &) = delete;
+    ~op_profile() { release(); }
+
+    void begin(cudaStream_t stream);                   // before an op is enqueued
+    void end(const char * label, cudaStream_t stream);  // after it is enqueued
+    void add_host_wait(double ms) { host_wait_ms_ += ms; }
+    // Sums what is outstanding and prints the table (device name in the title); then frees the events.
+    void report(const std::string & device_name) noexcept;
+    void release() noexcept;
+
+  private:
+    static constexpr size_t kMaxPending = 4096;
+    struct pair {
+        cudaEvent_t start = nullptr, stop = nullptr;
+        const char * label = nullptr;
+    };
+    void drain(size_t keep);
+    cudaEvent_t take_event();
+
+    std::vector<pair> pending_;
+    std::vector<cudaEvent_t> free_;
+    pair open_;
+    struct total {
+        double ms = 0.0;
+        long long count = 0;
+    };
+    std::map<std::string, total> totals_;
+    double host_wait_ms_ = 0.0;
+    bool started_ = false;
+    std::chrono::steady_clock::time_point wall_start_;
+};
+
+}  // namespace kvcomp::cuda
