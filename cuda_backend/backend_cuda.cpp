@@ -101,6 +101,24 @@ class device_guard {
     int prev_ = -1;
 };
 
+// With profiling: the host time of one upload or download call (a pageable download blocks inside
+// cudaMemcpyAsync until the stream reaches it).
+class transfer_timer {
+  public:
+    explicit transfer_timer(op_profile * p) : p_(p) {
+        if (p_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~transfer_timer() {
+        if (p_) p_->add_transfer(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
+    }
+    transfer_timer(const transfer_timer &) = delete;
+    transfer_timer & operator=(const transfer_timer &) = delete;
+
+  private:
+    op_profile * p_;
+    std::chrono::steady_clock::time_point t0_;
+};
+
 class cuda_backend : public backend {
   public:
     cuda_backend(int device, device_info info) : info_(std::move(info)), debug_sync_(env_flag("KVCOMP_DEBUG_SYNC")),
@@ -178,6 +196,7 @@ class cuda_backend : public backend {
         device_guard g(ctx_.device);
         // src may be freed as soon as this returns: staged through pinned memory (no wait), or
         // copied directly and waited for when it does not fit a staging slot.
+        const transfer_timer timer(profile_.get());
         void * d = static_cast<cuda_buffer &>(dst).data() + offset;
         if (staging_.enqueue(d, src, nbytes, ctx_.stream)) return;
         KVCOMP_CUDA_CHECK(cudaMemcpyAsync(d, src, nbytes, cudaMemcpyHostToDevice, ctx_.stream));
@@ -188,6 +207,7 @@ class cuda_backend : public backend {
         check_range(src, offset, nbytes, "download");
         if (nbytes == 0) return;
         device_guard g(ctx_.device);
+        const transfer_timer timer(profile_.get());
         KVCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const cuda_buffer &>(src).data() + offset, nbytes,
                                           cudaMemcpyDeviceToHost, ctx_.stream));
         wait_stream();

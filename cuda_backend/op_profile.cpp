@@ -1,6 +1,7 @@
 // op_profile: see op_profile.h.
 #include "op_profile.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "backend_cuda.h"
@@ -19,7 +20,10 @@ cudaEvent_t op_profile::take_event() {
 }
 
 void op_profile::begin(cudaStream_t stream) {
-    if (!started_) wall_start_ = std::chrono::steady_clock::now(), started_ = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) wall_start_ = last_end_ = now, started_ = true;
+    open_.label = nullptr;
+    gap_ms_ = std::chrono::duration<double, std::milli>(now - last_end_).count();
     if (pending_.size() >= kMaxPending) drain(kMaxPending / 2);
     open_.start = take_event();
     KVCOMP_CUDA_CHECK(cudaEventRecord(open_.start, stream));
@@ -31,6 +35,13 @@ void op_profile::end(const char * label, cudaStream_t stream) {
     KVCOMP_CUDA_CHECK(cudaEventRecord(open_.stop, stream));
     pending_.push_back(open_);
     open_ = pair{};
+    if (gap_ms_ > 0.05) {
+        total & g = gaps_[std::string(last_label_) + " -> " + label];
+        g.ms += gap_ms_;
+        ++g.count;
+    }
+    last_label_ = label;
+    last_end_ = std::chrono::steady_clock::now();
 }
 
 // Waits for and sums all but the newest `keep` pairs, returning their events to the free list.
@@ -64,13 +75,22 @@ void op_profile::report(const std::string & device_name) noexcept {
     double sum = 0.0;
     for (const auto & kv : totals_) sum += kv.second.ms;
     std::fprintf(stderr, "KVCOMP_PROFILE_OPS %s: wall %.1f ms from the first op, ops %.1f ms (%.1f%%), "
-                         "host blocked in download/synchronize %.1f ms\n",
-                 device_name.c_str(), wall, sum, wall > 0 ? 100.0 * sum / wall : 0.0, host_wait_ms_);
+                         "host in synchronize %.1f ms, in upload/download calls %.1f ms\n",
+                 device_name.c_str(), wall, sum, wall > 0 ? 100.0 * sum / wall : 0.0, host_wait_ms_, transfer_ms_);
     std::fprintf(stderr, "  %-22s %10s %12s %10s %7s\n", "op", "count", "total ms", "mean us", "share");
     for (const auto & kv : totals_)
         std::fprintf(stderr, "  %-22s %10lld %12.2f %10.2f %6.1f%%\n", kv.first.c_str(), kv.second.count,
                      kv.second.ms, 1000.0 * kv.second.ms / double(kv.second.count),
                      sum > 0 ? 100.0 * kv.second.ms / sum : 0.0);
+    std::fprintf(stderr, "  host gaps between enqueuing two ops (over 50 us), largest first:\n");
+    std::vector<std::pair<double, std::string>> by_time;
+    for (const auto & kv : gaps_) by_time.emplace_back(kv.second.ms, kv.first);
+    std::sort(by_time.rbegin(), by_time.rend());
+    for (size_t i = 0; i < by_time.size() && i < 12; ++i) {
+        const total & g = gaps_[by_time[i].second];
+        std::fprintf(stderr, "  %-40s %8lld %10.2f ms %10.2f us each\n", by_time[i].second.c_str(), g.count, g.ms,
+                     1000.0 * g.ms / double(g.count));
+    }
 }
 
 void op_profile::release() noexcept {
