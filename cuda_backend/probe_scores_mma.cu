@@ -25,10 +25,7 @@
 //       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of keys
 //       g and g + 8 against rows 2t and 2t + 1 per lane; the 4 lanes of a key are summed with a
 //       fixed butterfly at the end.
-// Both walks stage the streamed operand (the lse kernel's key tiles, the scores kernel's row tiles)
-// through shared memory for the whole block, double-buffered: read from global memory once per
-// block instead of once per warp (the walks were bound by those reads), the next stage loaded
-// into registers while this stage's mma run.
+// Both walks are software-pipelined: the next tile's operands load during this tile's mma.
 // A 16-key tile / row tile no (key, row) pair of the warp sees is skipped (warp vote). Every sum
 // has a fixed order: results are identical run to run.
 #include <climits>
@@ -45,8 +42,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowTile = 8;          // query rows per B operand (its 8 columns)
 constexpr int kLseTilesPerWarp = 2;  // row tiles per warp in the lse kernel
 constexpr int kScoreKeys = kWarps * 16;  // keys per block in the scores kernel
-constexpr int kStageTiles = 4;           // row tiles per shared-memory stage in the scores kernel
-constexpr int kStageKeyTiles = 4;        // 16-key tiles per shared-memory stage in the lse kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Channels c, c + 1 of key i of KV head h (zeros past n_keys).
@@ -149,93 +144,72 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
             bq[j][2 * kp][0] = v.x, bq[j][2 * kp][1] = v.y, bq[j][2 * kp + 1][0] = v.z, bq[j][2 * kp + 1][1] = v.w;
         }
     }
-    // The warp's keys: from its first row's request to its last row's (rows are in probe order);
-    // the block's keys likewise for its rows (a superset: the warps walk them together).
-    int64_t kbeg = 0, kend = 0, block_kbeg = 0, block_kend = 0;
-    {
+    // The warp's keys: from its first row's request to its last row's (rows are in probe order).
+    int64_t kbeg = 0, kend = 0;
+    if (rt0 * kRowTile < n_rows) {
         int64_t unused;
-        if (rt0 * kRowTile < n_rows) {
-            probe_keys(a, int((rt0 * kRowTile) / a.group), &kbeg, &unused);
-            probe_keys(a, int((min((rt0 + R) * kRowTile, n_rows) - 1) / a.group), &unused, &kend);
-        }
-        const int64_t rb = (rt0 - warp * R) * kRowTile;  // the block's first row
-        if (rb < n_rows) {
-            probe_keys(a, int(rb / a.group), &block_kbeg, &unused);
-            probe_keys(a, int((min(rb + kWarps * R * kRowTile, n_rows) - 1) / a.group), &unused, &block_kend);
-        }
+        probe_keys(a, int((rt0 * kRowTile) / a.group), &kbeg, &unused);
+        probe_keys(a, int((min((rt0 + R) * kRowTile, n_rows) - 1) / a.group), &unused, &kend);
     }
     float m[R][2], l[R][2];
 #pragma unroll
     for (int j = 0; j < R; ++j) m[j][0] = m[j][1] = -INFINITY, l[j][0] = l[j][1] = 0.0f;
 
-    // The block's 16-key tiles pass through shared memory kStageKeyTiles at a time (double-
-    // buffered): each k fragment is read from global memory once per block instead of once per
-    // warp. The next stage's fragments are loaded into registers while this stage's mma run.
-    constexpr int kTileU4 = KS * 32;                                // uint4 of one key tile's fragments
-    constexpr int kPer = kStageKeyTiles * kTileU4 / kThreads;       // uint4 per thread per stage
-    __shared__ uint4 sk[2][kStageKeyTiles * kTileU4];
-    const uint4 * khead = kf + int64_t(h) * key_tiles * kTileU4;
-    const int64_t kt_first = block_kbeg / 16, kt_end = (block_kend + 15) / 16;
-    const int64_t n_stages = block_kend > block_kbeg ? (kt_end - kt_first + kStageKeyTiles - 1) / kStageKeyTiles : 0;
-    uint4 pre[kPer];
-    auto fetch = [&](int64_t st) {
+    // Software pipeline: the next tile's key positions and A fragments are loaded while this
+    // tile's mma run (each warp otherwise waits an L2 round trip per tile).
+    const uint4 * kbase = kf + int64_t(h) * key_tiles * KS * 32 + lane;
+    auto load_tile = [&](int64_t i0, int & pa, int & pb, uint4 (&af)[KS]) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
+        pa = ia < kend ? a.key_pos[ia] : INT_MAX;
+        pb = ib < kend ? a.key_pos[ib] : INT_MAX;
+        const uint4 * src = kbase + min(i0 / 16, key_tiles - 1) * KS * 32;
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-            const int idx = threadIdx.x + i * kThreads;
-            const int64_t kt = kt_first + st * kStageKeyTiles + idx / kTileU4;
-            pre[i] = kt < kt_end ? khead[kt * kTileU4 + idx % kTileU4] : make_uint4(0u, 0u, 0u, 0u);
-        }
+        for (int kk = 0; kk < KS; ++kk) af[kk] = src[kk * 32];
     };
-    if (n_stages > 0) fetch(0);
-    for (int64_t st = 0; st < n_stages; ++st) {
-        uint4 * buf = sk[st & 1];
+    uint4 af[KS];
+    int pa = INT_MAX, pb = INT_MAX;
+    int64_t i0 = kbeg / 16 * 16;
+    if (i0 < kend) load_tile(i0, pa, pb, af);
+    for (; i0 < kend; i0 += 16) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
+        bool va[R][2], vb[R][2], any = false;
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) buf[threadIdx.x + i * kThreads] = pre[i];
-        // Also orders this store after every warp's reads of the same buffer two stages ago.
-        __syncthreads();
-        if (st + 1 < n_stages) fetch(st + 1);
+        for (int j = 0; j < R; ++j)
 #pragma unroll
-        for (int jt = 0; jt < kStageKeyTiles; ++jt) {
-            const int64_t i0 = (kt_first + st * kStageKeyTiles + jt) * 16;
-            const int64_t ia = i0 + g, ib = i0 + g + 8;
-            // Keys outside the warp's range: not visible (their position is not even read).
-            const bool in_a = ia >= kbeg && ia < kend, in_b = ib >= kbeg && ib < kend;
-            const int pa = in_a ? a.key_pos[ia] : INT_MAX, pb = in_b ? a.key_pos[ib] : INT_MAX;
-            bool va[R][2], vb[R][2], any = false;
-#pragma unroll
-            for (int j = 0; j < R; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    va[j][e] = in_a && rows[j][e].sees(ia, pa);
-                    vb[j][e] = in_b && rows[j][e].sees(ib, pb);
-                    any |= va[j][e] || vb[j][e];
-                }
-            if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
-            float s[R][4], sl[R][4];  // even and odd k16 steps: two independent mma chains per row tile
-#pragma unroll
-            for (int j = 0; j < R; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
-            const uint4 * src = buf + jt * kTileU4 + lane;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) {
-                const uint4 f = src[kk * 32];
-                const uint32_t ah[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-                for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
+            for (int e = 0; e < 2; ++e) {
+                va[j][e] = ia < kend && rows[j][e].sees(ia, pa);
+                vb[j][e] = ib < kend && rows[j][e].sees(ib, pb);
+                any |= va[j][e] || vb[j][e];
             }
+        uint4 cur[KS];
 #pragma unroll
-            for (int j = 0; j < R; ++j)
+        for (int kk = 0; kk < KS; ++kk) cur[kk] = af[kk];
+        if (i0 + 16 < kend) load_tile(i0 + 16, pa, pb, af);
+        if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
+        float s[R][4], sl[R][4];  // even and odd k16 steps: two independent mma chains per row tile
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {  // c[e]: key g, row 2t + e; c[2 + e]: key g + 8
-                    const float x0 = va[j][e] ? s[j][e] + sl[j][e] : -INFINITY;
-                    const float x1 = vb[j][e] ? s[j][2 + e] + sl[j][2 + e] : -INFINITY;
-                    const float mx = fmaxf(m[j][e], fmaxf(x0, x1));
-                    if (mx == -INFINITY) continue;
-                    l[j][e] = l[j][e] * exp2f(m[j][e] - mx) + exp2f(x0 - mx) + exp2f(x1 - mx);
-                    m[j][e] = mx;
-                }
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            const uint32_t ah[4] = {cur[kk].x, cur[kk].y, cur[kk].z, cur[kk].w};
+#pragma unroll
+            for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
         }
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // c[e]: key g, row 2t + e; c[2 + e]: key g + 8
+                const float x0 = va[j][e] ? s[j][e] + sl[j][e] : -INFINITY;
+                const float x1 = vb[j][e] ? s[j][2 + e] + sl[j][2 + e] : -INFINITY;
+                // The sum is rescaled only when the running max grows (rare after the first
+                // tiles): two exponentials per pair of logits instead of three.
+                const float mx = fmaxf(m[j][e], fmaxf(x0, x1));
+                if (mx == -INFINITY) continue;
+                if (mx > m[j][e]) l[j][e] *= exp2f(m[j][e] - mx), m[j][e] = mx;
+                l[j][e] += exp2f(x0 - mx) + exp2f(x1 - mx);
+            }
     }
 #pragma unroll
     for (int j = 0; j < R; ++j)
@@ -280,83 +254,68 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
         ah[kk][0] = f.x, ah[kk][1] = f.y, ah[kk][2] = f.z, ah[kk][3] = f.w;
     }
 
-    // The warp's rows: from its first key's request to its last key's (keys are in request order);
-    // the block's rows likewise for its 64 keys (a superset: the warps walk them together).
-    int rbeg = 0, rend = 0, block_rbeg = 0, block_rend = 0;
-    {
+    // The warp's rows: from its first key's request to its last key's (keys are in request order).
+    int rbeg = 0, rend = 0;
+    if (i0 < a.n_keys) {
         int pbeg, pend, unused;
-        if (i0 < a.n_keys) {
-            key_probes(a, i0, &pbeg, &unused);
-            key_probes(a, min(i0 + 16, a.n_keys) - 1, &unused, &pend);
-            rbeg = pbeg * a.group, rend = pend * a.group;
-        }
-        const int64_t b0 = i0 - warp * 16;  // the block's first key (< n_keys: blocks cover the keys)
-        key_probes(a, b0, &pbeg, &unused);
-        key_probes(a, min(b0 + kScoreKeys, a.n_keys) - 1, &unused, &pend);
-        block_rbeg = pbeg * a.group, block_rend = pend * a.group;
+        key_probes(a, i0, &pbeg, &unused);
+        key_probes(a, min(i0 + 16, a.n_keys) - 1, &unused, &pend);
+        rbeg = pbeg * a.group, rend = pend * a.group;
     }
     const float * lse = a.lse_in;
     float acc_a = 0.0f, acc_b = 0.0f;
-    // The block's row tiles pass through shared memory kStageTiles at a time (double-buffered): each
-    // q fragment is read from global memory once per block instead of once per warp. The next
-    // stage's fragments are loaded into registers while this stage's mma run.
-    constexpr int kTileU4 = (D / 32) * 32;                       // uint4 of one row tile's fragments
-    constexpr int kPer = kStageTiles * kTileU4 / kThreads;       // uint4 per thread per stage
-    __shared__ uint4 sq[2][kStageTiles * kTileU4];
-    const uint4 * qhead = qf + int64_t(h) * row_tiles * kTileU4;
-    const int64_t rt_first = block_rbeg / kRowTile, rt_end = (block_rend + kRowTile - 1) / kRowTile;
-    const int64_t n_stages = block_rend > block_rbeg ? (rt_end - rt_first + kStageTiles - 1) / kStageTiles : 0;
-    uint4 pre[kPer];
-    auto fetch = [&](int64_t st) {
+    // Software pipeline: the next row tile's probes and B fragments are loaded while this tile's
+    // mma run. This lane's rows of a tile: 2t and 2t + 1 (p = -1 outside [rbeg, rend)).
+    const uint4 * qbase = qf + int64_t(h) * row_tiles * (D / 32) * 32 + lane;
+    // The rows' log-denominators load with them (a dependent global load per tile otherwise).
+    auto load_rows = [&](int64_t rt, int (&p)[2], int (&pos)[2], float (&l2)[2], uint4 (&bf)[D / 32]) {
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-            const int idx = threadIdx.x + i * kThreads;
-            const int64_t rt = rt_first + st * kStageTiles + idx / kTileU4;
-            pre[i] = rt < rt_end ? qhead[rt * kTileU4 + idx % kTileU4] : make_uint4(0u, 0u, 0u, 0u);
+        for (int e = 0; e < 2; ++e) {
+            const int64_t r = rt * kRowTile + 2 * t + e;
+            p[e] = -1, pos[e] = -1, l2[e] = 0.0f;
+            if (r >= rbeg && r < rend) {
+                const int pr = int(r / a.group);
+                p[e] = pr, pos[e] = a.probe_pos[pr];
+                l2[e] = lse[int64_t(pr) * a.n_q_heads + h * a.group + int(r - int64_t(pr) * a.group)] * kLog2e;
+            }
         }
+        const uint4 * src = qbase + rt * (D / 32) * 32;
+#pragma unroll
+        for (int kp = 0; kp < D / 32; ++kp) bf[kp] = src[kp * 32];
     };
-    if (n_stages > 0) fetch(0);
-    for (int64_t st = 0; st < n_stages; ++st) {
-        uint4 * buf = sq[st & 1];
+    uint4 bf[D / 32];
+    int p[2] = {-1, -1}, pos[2] = {-1, -1};
+    float l2n[2] = {0.0f, 0.0f};
+    int64_t rt = rbeg / kRowTile;
+    if (rt * kRowTile < rend) load_rows(rt, p, pos, l2n, bf);
+    for (; rt * kRowTile < rend; ++rt) {
+        bool va[2], vb[2];
+        int pc[2];
+        float l2[2];
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) buf[threadIdx.x + i * kThreads] = pre[i];
-        // Also orders this store after every warp's reads of the same buffer two stages ago.
-        __syncthreads();
-        if (st + 1 < n_stages) fetch(st + 1);
+        for (int e = 0; e < 2; ++e) {
+            pc[e] = p[e];
+            l2[e] = l2n[e];
+            va[e] = pc[e] >= pa0 && pc[e] < pa1 && pa <= pos[e];
+            vb[e] = pc[e] >= pb0 && pc[e] < pb1 && pb <= pos[e];
+        }
+        uint4 cur[D / 32];
 #pragma unroll
-        for (int j = 0; j < kStageTiles; ++j) {
-            const int64_t rt = rt_first + st * kStageTiles + j;
-            // This lane's rows of the tile: 2t and 2t + 1, visible only within the warp's rows.
-            bool va[2], vb[2];
-            int pc[2];
+        for (int kp = 0; kp < D / 32; ++kp) cur[kp] = bf[kp];
+        if ((rt + 1) * kRowTile < rend) load_rows(rt + 1, p, pos, l2n, bf);
+        if (!__any_sync(full_mask, va[0] || va[1] || vb[0] || vb[1])) continue;  // warp-uniform
+        // Even and odd k16 steps: two independent mma chains.
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int64_t r = rt * kRowTile + 2 * t + e;
-                pc[e] = -1;
-                int pos = -1;
-                if (rt < rt_end && r >= rbeg && r < rend) pc[e] = int(r / a.group), pos = a.probe_pos[pc[e]];
-                va[e] = pc[e] >= pa0 && pc[e] < pa1 && pa <= pos;
-                vb[e] = pc[e] >= pb0 && pc[e] < pb1 && pb <= pos;
-            }
-            if (!__any_sync(full_mask, va[0] || va[1] || vb[0] || vb[1])) continue;  // warp-uniform
-            // Even and odd k16 steps: two independent mma chains.
-            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const uint4 * src = buf + j * kTileU4 + lane;
+        for (int kp = 0; kp < D / 32; ++kp) {
+            const uint4 v = cur[kp];
+            mma_16816(s, ah[2 * kp], v.x, v.y);
+            mma_16816(sl, ah[2 * kp + 1], v.z, v.w);
+        }
 #pragma unroll
-            for (int kp = 0; kp < D / 32; ++kp) {
-                const uint4 v = src[kp * 32];
-                mma_16816(s, ah[2 * kp], v.x, v.y);
-                mma_16816(sl, ah[2 * kp + 1], v.z, v.w);
-            }
-            const int64_t r0 = rt * kRowTile + 2 * t;
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {  // s[e]: key g, row 2t + e; s[2 + e]: key g + 8
-                if (!va[e] && !vb[e]) continue;
-                const int64_t r = r0 + e;
-                const float l2 = lse[int64_t(pc[e]) * a.n_q_heads + h * a.group + int(r % a.group)] * kLog2e;
-                if (va[e]) acc_a += exp2f(s[e] + sl[e] - l2);
-                if (vb[e]) acc_b += exp2f(s[2 + e] + sl[2 + e] - l2);
-            }
+        for (int e = 0; e < 2; ++e) {  // s[e]: key g, row 2t + e; s[2 + e]: key g + 8
+            if (va[e]) acc_a += exp2f(s[e] + sl[e] - l2[e]);
+            if (vb[e]) acc_b += exp2f(s[2 + e] + sl[2 + e] - l2[e]);
         }
     }
     // Lanes 4g .. 4g + 3 hold keys g and g + 8.

@@ -452,6 +452,8 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
         }
         add(std::make_unique<kv_quantize_case>(spec(zipcache_layout(8, 128), 32, std::vector<int64_t>(40 / s, 100))));
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 4096 / s, 410 / s, false));
+        // A 32K (cpu: 4K) prompt with 10% probes: the prefill's saliency cost at long context.
+        add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 32768 / s, 3277 / s, false));
         // One call for a prefill of 16 (cpu: 4) prompts of 4K (cpu: 512) tokens, 10% probes each.
         const int64_t n_req = cpu ? 4 : 16;
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
