@@ -25,11 +25,10 @@
 //       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of keys
 //       g and g + 8 against rows 2t and 2t + 1 per lane; the 4 lanes of a key are summed with a
 //       fixed butterfly at the end.
-// The lse kernel stages the key tiles through shared memory for the whole block, double-buffered
-// (read from global memory once per block instead of once per warp: that walk was bound by L2
-// throughput), the next stage loaded into registers while this stage's mma run. The scores walk
-// is software-pipelined per warp (the next row tile's operands load during this tile's mma); it
-// is bound by instruction issue, and a block-wide staging there measured slower.
+// Both walks are software-pipelined per warp: the next tile's operands load during this tile's
+// mma. (Staging the streamed operand through shared memory for the whole block measured slower
+// on the H100 for both kernels, though it cut the lse walk's L2 traffic 5x: the barriers cost
+// more than the traffic at this occupancy.)
 // A 16-key tile / row tile no (key, row) pair of the warp sees is skipped (warp vote). Every sum
 // has a fixed order: results are identical run to run.
 #include <climits>
@@ -46,7 +45,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowTile = 8;          // query rows per B operand (its 8 columns)
 constexpr int kLseTilesPerWarp = 2;  // row tiles per warp in the lse kernel
 constexpr int kScoreKeys = kWarps * 16;  // keys per block in the scores kernel
-constexpr int kStageKeyTiles = 4;        // 16-key tiles per shared-memory stage in the lse kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Channels c, c + 1 of key i of KV head h (zeros past n_keys).
@@ -149,95 +147,72 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
             bq[j][2 * kp][0] = v.x, bq[j][2 * kp][1] = v.y, bq[j][2 * kp + 1][0] = v.z, bq[j][2 * kp + 1][1] = v.w;
         }
     }
-    // The warp's keys: from its first row's request to its last row's (rows are in probe order);
-    // the block's keys likewise for its rows (a superset: the warps walk them together).
-    int64_t kbeg = 0, kend = 0, block_kbeg = 0, block_kend = 0;
-    {
+    // The warp's keys: from its first row's request to its last row's (rows are in probe order).
+    int64_t kbeg = 0, kend = 0;
+    if (rt0 * kRowTile < n_rows) {
         int64_t unused;
-        if (rt0 * kRowTile < n_rows) {
-            probe_keys(a, int((rt0 * kRowTile) / a.group), &kbeg, &unused);
-            probe_keys(a, int((min((rt0 + R) * kRowTile, n_rows) - 1) / a.group), &unused, &kend);
-        }
-        const int64_t rb = (rt0 - warp * R) * kRowTile;  // the block's first row
-        if (rb < n_rows) {
-            probe_keys(a, int(rb / a.group), &block_kbeg, &unused);
-            probe_keys(a, int((min(rb + kWarps * R * kRowTile, n_rows) - 1) / a.group), &unused, &block_kend);
-        }
+        probe_keys(a, int((rt0 * kRowTile) / a.group), &kbeg, &unused);
+        probe_keys(a, int((min((rt0 + R) * kRowTile, n_rows) - 1) / a.group), &unused, &kend);
     }
     float m[R][2], l[R][2];
 #pragma unroll
     for (int j = 0; j < R; ++j) m[j][0] = m[j][1] = -INFINITY, l[j][0] = l[j][1] = 0.0f;
 
-    // The block's 16-key tiles pass through shared memory kStageKeyTiles at a time (double-
-    // buffered): each k fragment is read from global memory once per block instead of once per
-    // warp. The next stage's fragments are loaded into registers while this stage's mma run.
-    constexpr int kTileU4 = KS * 32;                                // uint4 of one key tile's fragments
-    constexpr int kPer = kStageKeyTiles * kTileU4 / kThreads;       // uint4 per thread per stage
-    __shared__ uint4 sk[2][kStageKeyTiles * kTileU4];
-    const uint4 * khead = kf + int64_t(h) * key_tiles * kTileU4;
-    const int64_t kt_first = block_kbeg / 16, kt_end = (block_kend + 15) / 16;
-    const int64_t n_stages = block_kend > block_kbeg ? (kt_end - kt_first + kStageKeyTiles - 1) / kStageKeyTiles : 0;
-    uint4 pre[kPer];
-    auto fetch = [&](int64_t st) {
+    // Software pipeline: the next tile's key positions and A fragments are loaded while this
+    // tile's mma run (each warp otherwise waits an L2 round trip per tile).
+    const uint4 * kbase = kf + int64_t(h) * key_tiles * KS * 32 + lane;
+    auto load_tile = [&](int64_t i0, int & pa, int & pb, uint4 (&af)[KS]) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
+        pa = ia < kend ? a.key_pos[ia] : INT_MAX;
+        pb = ib < kend ? a.key_pos[ib] : INT_MAX;
+        const uint4 * src = kbase + min(i0 / 16, key_tiles - 1) * KS * 32;
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-            const int idx = threadIdx.x + i * kThreads;
-            const int64_t kt = kt_first + st * kStageKeyTiles + idx / kTileU4;
-            pre[i] = kt < kt_end ? khead[kt * kTileU4 + idx % kTileU4] : make_uint4(0u, 0u, 0u, 0u);
-        }
+        for (int kk = 0; kk < KS; ++kk) af[kk] = src[kk * 32];
     };
-    if (n_stages > 0) fetch(0);
-    for (int64_t st = 0; st < n_stages; ++st) {
-        uint4 * buf = sk[st & 1];
+    uint4 af[KS];
+    int pa = INT_MAX, pb = INT_MAX;
+    int64_t i0 = kbeg / 16 * 16;
+    if (i0 < kend) load_tile(i0, pa, pb, af);
+    for (; i0 < kend; i0 += 16) {
+        const int64_t ia = i0 + g, ib = i0 + g + 8;
+        bool va[R][2], vb[R][2], any = false;
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) buf[threadIdx.x + i * kThreads] = pre[i];
-        // Also orders this store after every warp's reads of the same buffer two stages ago.
-        __syncthreads();
-        if (st + 1 < n_stages) fetch(st + 1);
+        for (int j = 0; j < R; ++j)
 #pragma unroll
-        for (int jt = 0; jt < kStageKeyTiles; ++jt) {
-            const int64_t i0 = (kt_first + st * kStageKeyTiles + jt) * 16;
-            const int64_t ia = i0 + g, ib = i0 + g + 8;
-            // Keys outside the warp's range: not visible (their position is not even read).
-            const bool in_a = ia >= kbeg && ia < kend, in_b = ib >= kbeg && ib < kend;
-            const int pa = in_a ? a.key_pos[ia] : INT_MAX, pb = in_b ? a.key_pos[ib] : INT_MAX;
-            bool va[R][2], vb[R][2], any = false;
-#pragma unroll
-            for (int j = 0; j < R; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    va[j][e] = in_a && rows[j][e].sees(ia, pa);
-                    vb[j][e] = in_b && rows[j][e].sees(ib, pb);
-                    any |= va[j][e] || vb[j][e];
-                }
-            if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
-            float s[R][4], sl[R][4];  // even and odd k16 steps: two independent mma chains per row tile
-#pragma unroll
-            for (int j = 0; j < R; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
-            const uint4 * src = buf + jt * kTileU4 + lane;
-#pragma unroll
-            for (int kk = 0; kk < KS; ++kk) {
-                const uint4 f = src[kk * 32];
-                const uint32_t ah[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-                for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
+            for (int e = 0; e < 2; ++e) {
+                va[j][e] = ia < kend && rows[j][e].sees(ia, pa);
+                vb[j][e] = ib < kend && rows[j][e].sees(ib, pb);
+                any |= va[j][e] || vb[j][e];
             }
+        uint4 cur[KS];
 #pragma unroll
-            for (int j = 0; j < R; ++j)
+        for (int kk = 0; kk < KS; ++kk) cur[kk] = af[kk];
+        if (i0 + 16 < kend) load_tile(i0 + 16, pa, pb, af);
+        if (!__any_sync(full_mask, any)) continue;  // warp-uniform: no pair of the warp sees this tile
+        float s[R][4], sl[R][4];  // even and odd k16 steps: two independent mma chains per row tile
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {  // c[e]: key g, row 2t + e; c[2 + e]: key g + 8
-                    const float x0 = va[j][e] ? s[j][e] + sl[j][e] : -INFINITY;
-                    const float x1 = vb[j][e] ? s[j][2 + e] + sl[j][2 + e] : -INFINITY;
-                    // The sum is rescaled only when the running max grows (rare after the first
-                    // tiles): two exponentials per pair of logits instead of three.
-                    const float mx = fmaxf(m[j][e], fmaxf(x0, x1));
-                    if (mx == -INFINITY) continue;
-                    if (mx > m[j][e]) l[j][e] *= exp2f(m[j][e] - mx), m[j][e] = mx;
-                    l[j][e] += exp2f(x0 - mx) + exp2f(x1 - mx);
-                }
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = sl[j][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            const uint32_t ah[4] = {cur[kk].x, cur[kk].y, cur[kk].z, cur[kk].w};
+#pragma unroll
+            for (int j = 0; j < R; ++j) mma_16816(kk % 2 ? sl[j] : s[j], ah, bq[j][kk][0], bq[j][kk][1]);
         }
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // c[e]: key g, row 2t + e; c[2 + e]: key g + 8
+                const float x0 = va[j][e] ? s[j][e] + sl[j][e] : -INFINITY;
+                const float x1 = vb[j][e] ? s[j][2 + e] + sl[j][2 + e] : -INFINITY;
+                // The sum is rescaled only when the running max grows (rare after the first
+                // tiles): two exponentials per pair of logits instead of three.
+                const float mx = fmaxf(m[j][e], fmaxf(x0, x1));
+                if (mx == -INFINITY) continue;
+                if (mx > m[j][e]) l[j][e] *= exp2f(m[j][e] - mx), m[j][e] = mx;
+                l[j][e] += exp2f(x0 - mx) + exp2f(x1 - mx);
+            }
     }
 #pragma unroll
     for (int j = 0; j < R; ++j)
