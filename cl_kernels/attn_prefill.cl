@@ -13,7 +13,8 @@
 //   NDRange: local (BQ * TPR, 1, 1), global (BQ * TPR * ceil(max_seq_len / BQ), n_q_heads, batch).
 // Layout: q, out f32 [n_tokens, n_q_heads, HEAD_DIM]; k, v f16 [n_tokens, n_kv_heads, HEAD_DIM];
 //   seq_indptr i32 [batch + 1]; query head h reads KV head h / (n_q_heads / n_kv_heads).
-// Preamble defines: HEAD_DIM, BQ, BK, TPR (divides HEAD_DIM).
+// Preamble defines: HEAD_DIM, BQ, BK, TPR (divides HEAD_DIM); WITH_LSE adds the lse output (the
+// natural-log softmax denominator of each row and head).
 
 #define NT (BQ * TPR)
 #define DPT (HEAD_DIM / TPR)  // output features per work-item
@@ -22,7 +23,11 @@
 kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k, ulong k_off,
                       global const half * v, ulong v_off, global const int * seq_indptr, ulong si_off,
-                      global float * out, ulong out_off, int n_q_heads, int n_kv_heads, float qscale) {
+                      global float * out, ulong out_off, int n_q_heads, int n_kv_heads, float qscale
+#ifdef WITH_LSE
+                      , global float * lse, ulong lse_off
+#endif
+                      ) {
     local float q_l[BQ * LDK];
     local float k_l[BK * LDK];
     local float v_l[BK * HEAD_DIM];
@@ -97,5 +102,9 @@ void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k
         global float * o = out + ((ulong)(s0 + qi) * n_q_heads + qh) * HEAD_DIM;
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         for (int c = 0; c < DPT; ++c) o[r + c * TPR] = acc[c] * inv;
+#ifdef WITH_LSE
+        // m is in log2 units (qscale holds log2 e); every row sees at least itself, so l > 0.
+        if (r == 0) lse[lse_off + (ulong)(s0 + qi) * n_q_heads + qh] = m / M_LOG2E_F + log(l);
+#endif
     }
 }

@@ -5,6 +5,7 @@
 //   attends to its rows 0..j. Query head h reads KV head h / (n_q_heads / n_kv_heads).
 //   D = head_dim, 64 or 128 (others are reported unsupported).
 // Both kernels keep the softmax in the log2 domain: q is pre-scaled by scale*log2(e), exp2f.
+// The optional lse output is each row's m / log2(e) + ln(l) (max m in log2 units, l the sum).
 //
 // attn_prefill_mma_kernel<D> (the default): tensor cores through mma.sync.m16n8k16 (fp16 inputs,
 //   fp32 accumulation; sm_80+, so no Hopper-only wgmma/TMA). The fp16 inputs are the stored K/V
@@ -51,6 +52,7 @@ struct prefill_args {
     const __half * v;
     const int32_t * seq_indptr;
     float * out;
+    float * lse;  // optional: natural-log softmax denominator of every (row, head)
     int batch, n_tokens, n_q_heads, n_kv_heads, group;
     float qscale;
 };
@@ -298,6 +300,10 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
         }
         // Lane (g, t) holds features 8i + 2t, 8i + 2t + 1 of rows a and b: 8-byte stores, a quad
         // writes 32 contiguous bytes of a row.
+        if (a.lse && qt == 0) {  // m is the quad's common max; l now the full row sum
+            if (row_a < n) a.lse[int64_t(s0 + row_a) * a.n_q_heads + h] = m_a / kLog2e + logf(l_a);
+            if (row_b < n) a.lse[int64_t(s0 + row_b) * a.n_q_heads + h] = m_b / kLog2e + logf(l_b);
+        }
         if (row_a < n) {
             const float inv = 1.0f / l_a;
             float * dst = a.out + (int64_t(s0 + row_a) * a.n_q_heads + h) * D + 2 * qt;
@@ -433,6 +439,7 @@ __global__ void __launch_bounds__(kSimtThreads) attn_prefill_simt_kernel(const p
         const int row = r0 + warp * kRows + r;
         if (row >= n) continue;
         const float inv = 1.0f / l[r];  // l >= 1: a row always sees itself
+        if (a.lse && lane == 0) a.lse[int64_t(s0 + row) * a.n_q_heads + h] = m[r] / kLog2e + logf(l[r]);
         float * dst = a.out + (int64_t(s0 + row) * a.n_q_heads + h) * D;
 #pragma unroll
         for (int c = 0; c < C; ++c) dst[lane + 32 * c] = o[r][c] * inv;
@@ -484,6 +491,7 @@ void run_attn_prefill(context & ctx, const op_desc & op) {
     a.v = dev_ptr<const __half>(op.src[2]);
     a.seq_indptr = dev_ptr<const int32_t>(op.src[3]);
     a.out = dev_ptr<float>(op.dst[0]);
+    a.lse = op.dst.size() > 1 && op.dst[1].buf ? dev_ptr<float>(op.dst[1]) : nullptr;
     a.batch = int(p.batch);
     a.n_tokens = int(p.n_tokens);
     a.n_q_heads = int(p.n_q_heads);

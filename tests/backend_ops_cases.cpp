@@ -434,8 +434,8 @@ op_desc attn_decode_case::build(const std::vector<tensor> & v) const {
 // ---------------------------------------------------------------------------------------------
 
 attn_prefill_case::attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd,
-                                     size_t pad)
-    : seqs_(std::move(seqs)), qh_(q_heads), kvh_(kv_heads), hd_(hd) {
+                                     size_t pad, bool with_lse)
+    : seqs_(std::move(seqs)), qh_(q_heads), kvh_(kv_heads), hd_(hd), with_lse_(with_lse) {
     pad_bytes_ = pad;
     n_tokens_ = 0;
     for (int64_t s : seqs_) n_tokens_ += s;
@@ -444,12 +444,14 @@ attn_prefill_case::attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads,
     add_tensor("v", dtype::f16, {n_tokens_, kvh_, hd_}, tensor_role::input);
     add_tensor("seq_indptr", dtype::i32, {int64_t(seqs_.size()) + 1}, tensor_role::input);
     add_tensor("out", dtype::f32, {n_tokens_, qh_, hd_}, tensor_role::output);
+    if (with_lse_) add_tensor("lse", dtype::f32, {n_tokens_, qh_}, tensor_role::output);
 }
 std::string attn_prefill_case::vars() const {
     std::ostringstream os;
     os << "batch=" << seqs_.size() << ",q_heads=" << qh_ << ",kv_heads=" << kvh_ << ",hd=" << hd_
        << ",seqs=" << join(seqs_);
     if (pad_bytes_ != 256) os << ",offset=" << pad_bytes_;
+    if (with_lse_) os << ",lse=1";
     return os.str();
 }
 uint64_t attn_prefill_case::flops() const {
@@ -472,7 +474,7 @@ op_desc attn_prefill_case::build(const std::vector<tensor> & v) const {
     p.head_dim = hd_;
     p.max_seq_len = *std::max_element(seqs_.begin(), seqs_.end());
     p.scale = 1.0f / std::sqrt(float(hd_));
-    return make_op(p, {v[0], v[1], v[2], v[3]}, {v[4]});
+    return with_lse_ ? make_op(p, {v[0], v[1], v[2], v[3]}, {v[4], v[5]}) : make_op(p, {v[0], v[1], v[2], v[3]}, {v[4]});
 }
 
 }  // namespace kvcomp::test

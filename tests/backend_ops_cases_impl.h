@@ -205,7 +205,9 @@ class attn_decode_case : public test_case {
 class attn_prefill_case : public test_case {
   public:
     // pad: the views' byte offset (4: not 16-byte aligned, the CUDA backend's fallback kernel).
-    attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd, size_t pad = 256);
+    // with_lse: also the optional lse output (dst1).
+    attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd, size_t pad = 256,
+                      bool with_lse = false);
     op_type op() const override { return op_type::attn_prefill; }
     std::string vars() const override;
     double max_nmse() const override { return 1e-6; }
@@ -218,6 +220,7 @@ class attn_prefill_case : public test_case {
   private:
     std::vector<int64_t> seqs_;
     int64_t qh_, kvh_, hd_, n_tokens_ = 0;
+    bool with_lse_ = false;
 };
 
 }  // namespace kvcomp::test

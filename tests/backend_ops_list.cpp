@@ -187,6 +187,11 @@ void full_list(list & l) {
     }
     l.add<attn_prefill_case>(std::vector<int64_t>{127, 128, 129, 383}, int64_t(8), int64_t(2), int64_t(128));
     l.add<attn_prefill_case>(std::vector<int64_t>{65, 1, 130}, int64_t(8), int64_t(2), int64_t(128), size_t(4));
+    // The optional lse output (ZipCache's probe rows read it): tensor-core kernel at hd 64 and 128
+    // with tile edges and GQA, and the CUDA-core fallback (4-byte offset).
+    l.add<attn_prefill_case>(std::vector<int64_t>{1, 63, 200}, int64_t(8), int64_t(2), int64_t(128), size_t(256), true);
+    l.add<attn_prefill_case>(std::vector<int64_t>{17, 129}, int64_t(4), int64_t(4), int64_t(64), size_t(256), true);
+    l.add<attn_prefill_case>(std::vector<int64_t>{65, 1, 130}, int64_t(8), int64_t(2), int64_t(128), size_t(4), true);
 }
 
 void smoke_list(list & l) {

@@ -424,6 +424,7 @@ void check_op(const op_desc & op) {
             c.operand(s[2], "v", {f16}, p.n_tokens * p.n_kv_heads * p.head_dim);
             c.operand(s[3], "seq_indptr", {i32}, p.batch + 1);
             c.operand(d[0], "out", {f32}, p.n_tokens * p.n_q_heads * p.head_dim);
+            if (d.size() > 1 && d[1].buf) c.operand(d[1], "lse", {f32}, p.n_tokens * p.n_q_heads);
             break;
         }
         case op_type::kv_quantize: {

@@ -158,7 +158,10 @@ struct attn_decode_params {
 // Causal prefill attention over a ragged batch: request b owns rows
 // [seq_indptr[b], seq_indptr[b+1]) of q, k and v, and its token j attends to its tokens 0..j.
 // src0 q f32 [n_tokens, n_q_heads, head_dim]; src1 k, src2 v: f16 [n_tokens, n_kv_heads, head_dim];
-// src3 seq_indptr i32 [batch+1]; dst0 out f32 [n_tokens, n_q_heads, head_dim].
+// src3 seq_indptr i32 [batch+1]; dst0 out f32 [n_tokens, n_q_heads, head_dim];
+// dst1 (optional: absent or an empty tensor) lse f32 [n_tokens, n_q_heads]: each row's natural-log
+// softmax denominator, log sum_j exp(scale * q.k_j) over the keys it sees (ZipCache's probe rows
+// reuse it instead of recomputing it).
 struct attn_prefill_params {
     int64_t batch = 0, n_tokens = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, max_seq_len = 0;
     float scale = 1.0f;

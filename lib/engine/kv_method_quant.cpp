@@ -104,9 +104,17 @@ class quant_method : public kv_method {
                 const tensor & out, float scale) override {
         KVCOMP_CHECK_ARG(slots_, "method ", c_.name, ": attend before allocate");
         if (s.prefill) {
-            attend_prompt(be, scratch_, shape_, s, q, k, v, out, scale);
+            // With saliency the prefill attention also returns every row's log-denominator: the
+            // probe rows' then need no second pass over their keys (probe_scores' use_lse).
+            tensor lse;
+            if (c_.saliency) {
+                const size_t bytes = size_t(s.n_tokens * shape_.n_q_heads) * 4;
+                if (!prompt_lse_ || prompt_lse_->size() < bytes) prompt_lse_ = be.alloc(bytes);
+                lse = make_tensor(prompt_lse_.get(), dtype::f32, {s.n_tokens, shape_.n_q_heads});
+            }
+            if (!attend_prompt(be, scratch_, shape_, s, q, k, v, out, scale, lse)) lse = tensor{};
             if (layer == 0) plan_prefill(be, s);
-            store_prefill(be, layer, s, q, k, v, scale);
+            store_prefill(be, layer, s, q, k, v, scale, lse);
         } else {
             if (layer == 0) plan_decode(be, s);
             decode(be, layer, s, q, k, v, out, scale);
@@ -203,11 +211,12 @@ class quant_method : public kv_method {
     }
 
     // Per layer: rank (saliency), quantize the prompt's blocks, copy the remainder to the window.
+    // lse: the prompt rows' log-denominators from the prefill attention, or empty.
     void store_prefill(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
-                       const tensor & v, float scale) {
+                       const tensor & v, float scale, const tensor & lse) {
         const int64_t H = shape_.n_kv_heads, G = q_.block_tokens();
         // Saliency: one probe_scores call and one download for every prompt of the step.
-        const std::vector<float> sums = c_.saliency ? step_scores(be, s, q, k, scale) : std::vector<float>{};
+        const std::vector<float> sums = c_.saliency ? step_scores(be, s, q, k, scale, lse) : std::vector<float>{};
         // Per prompt and KV head: the prompt's token indices, salient first (ascending), then
         // regular. The (prompt, head) rankings are independent: they run on host threads.
         std::vector<std::vector<std::vector<int32_t>>> order(plans_.size());
@@ -288,8 +297,10 @@ class quant_method : public kv_method {
     // Probe column sums of every prompt of the step, f32 [n_kv_heads, n_tokens] (column = the
     // step's token row), from one ragged probe_scores call (request b: its probes, its prompt's
     // keys) and one download: the step synchronizes once per layer, whatever the batch. Prompts
-    // that quantize nothing get no probes (their columns stay 0 and are not read).
-    std::vector<float> step_scores(backend & be, const kv_step & s, const tensor & q, const tensor & k, float scale) {
+    // that quantize nothing get no probes (their columns stay 0 and are not read). With `lse` (every
+    // prompt row's log-denominator, f32 [n_tokens, n_q_heads]) the probe rows' are gathered from it.
+    std::vector<float> step_scores(backend & be, const kv_step & s, const tensor & q, const tensor & k, float scale,
+                                   const tensor & lse) {
         const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, n = s.n_tokens;
         std::vector<int32_t> ids, probe_pos, probe_indptr{0}, key_pos(static_cast<size_t>(n));
         for (const prompt_plan & p : plans_) {
@@ -301,18 +312,27 @@ class quant_method : public kv_method {
         if (ids.empty()) return {};
         const int64_t np = int64_t(ids.size());
         const auto t = upload(be, layer_tables_, {ids, probe_pos, key_pos, probe_indptr, s.host_seq_indptr});
-        const size_t qbytes = size_t(np * q_row()) * 4, sbytes = size_t(H * n) * 4;
-        if (!scores_buf_ || scores_buf_->size() < qbytes + sbytes) scores_buf_ = be.alloc((qbytes + sbytes) * 2);
+        const int64_t QH = shape_.n_q_heads;
+        // Layout: probe q | scores | probe lse (each 16-byte aligned).
+        const size_t qbytes = size_t(np * q_row()) * 4, sbytes = (size_t(H * n) * 4 + 15) / 16 * 16,
+                     lbytes = lse.buf ? size_t(np * QH) * 4 : 0;
+        if (!scores_buf_ || scores_buf_->size() < qbytes + sbytes + lbytes)
+            scores_buf_ = be.alloc((qbytes + sbytes + lbytes) * 2);
         const tensor qp = make_tensor(scores_buf_.get(), dtype::f32, {np, q_row()});
         const tensor sc = make_tensor(scores_buf_.get(), dtype::f32, {H, n}, qbytes);
         be.run(make_op(get_rows_params{np, q_row(), q.numel() / q_row()},
                        {make_tensor(q.buf, dtype::f32, {q.numel() / q_row(), q_row()}, q.offset), t[0]}, {qp}));
+        tensor lp;
+        if (lse.buf) {
+            lp = make_tensor(scores_buf_.get(), dtype::f32, {np, QH}, qbytes + sbytes);
+            be.run(make_op(get_rows_params{np, QH, s.n_tokens}, {lse, t[0]}, {lp}));
+        }
         probe_scores_params ps;
         ps.n_probes = np, ps.n_keys = n, ps.n_q_heads = shape_.n_q_heads, ps.n_kv_heads = H, ps.head_dim = hd;
-        ps.scale = scale, ps.batch = s.batch;
+        ps.scale = scale, ps.batch = s.batch, ps.use_lse = lse.buf != nullptr;
         const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, hd}, k.offset);
         be.run(make_op(ps, {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset), t[1], kr, t[2],
-                            tensor{}, t[3], t[4]},
+                            lp, t[3], t[4]},
                        {sc}));
         std::vector<float> sums(static_cast<size_t>(H * n));
         be.download(*scores_buf_, qbytes, sums.data(), sums.size() * 4);
@@ -495,7 +515,7 @@ class quant_method : public kv_method {
     int64_t n_slots_ = 0, nnz_blocks_ = 0, max_tokens_ = 0;
     int32_t probe_cap_ = 0;
     std::vector<buffer_ptr> pool_, wk_, wv_, probe_q_, probe_lse_;
-    buffer_ptr scratch_, step_tables_, layer_tables_, scores_buf_, lse_;
+    buffer_ptr scratch_, step_tables_, layer_tables_, scores_buf_, lse_, prompt_lse_;
     std::vector<tensor> decode_tables_;
     std::unique_ptr<host::page_pool> slots_, rows_;
     std::map<int64_t, request_state> reqs_;

@@ -8,8 +8,10 @@
 namespace kvcomp::engine {
 
 // q f32 [n_tokens, n_q_heads, head_dim]; k, v f32 [n_tokens, n_kv_heads, head_dim]; out like q.
-// `scratch` is grown as needed to hold the fp16 copies of k and v.
-void attend_prompt(backend & be, buffer_ptr & scratch, const kv_shape & shape, const kv_step & s, const tensor & q,
-                   const tensor & k, const tensor & v, const tensor & out, float scale);
+// `scratch` is grown as needed to hold the fp16 copies of k and v. When `lse` (f32 [n_tokens,
+// n_q_heads]) is given and the backend can write it, it receives every row's log-denominator
+// (attn_prefill's dst1) and true is returned; otherwise false (lse untouched).
+bool attend_prompt(backend & be, buffer_ptr & scratch, const kv_shape & shape, const kv_step & s, const tensor & q,
+                   const tensor & k, const tensor & v, const tensor & out, float scale, const tensor & lse = tensor{});
 
 }  // namespace kvcomp::engine

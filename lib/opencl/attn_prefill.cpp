@@ -48,10 +48,16 @@ void run_attn_prefill(cl_backend & be, const op_desc & op) {
     if (p.n_tokens == 0) return;
     const prefill_config c = choose_config(be, p.head_dim);
     defines defs;
+    const bool with_lse = op.dst.size() > 1 && op.dst[1].buf;
     defs.add("HEAD_DIM", p.head_dim).add("BQ", c.bq).add("BK", c.bk).add("TPR", c.tpr);
+    if (with_lse) defs.add("WITH_LSE", 1);
     cl_kernel k = be.kernel("attn_prefill.cl", defs, "kvc_attn_prefill");
     set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.dst[0]),
              to_int(p.n_q_heads), to_int(p.n_kv_heads), cl_float(p.scale * kLog2e));
+    if (with_lse) {
+        cl_uint next = 13;  // after the 13 arguments above (a view is a buffer and an offset)
+        set_arg(k, next, arg(op.dst[1]));
+    }
     // The grid covers max_seq_len query rows per request (the host knows it from the batch); tiles
     // past a request's end exit at once. Without a bound, n_tokens bounds every request.
     const int64_t rows = p.max_seq_len > 0 ? std::min(p.max_seq_len, p.n_tokens) : p.n_tokens;
