@@ -189,25 +189,6 @@ if ops:
             if k in cu:
                 best = min(float(p["flash_ms"]), float(p["math_ms"]))
                 out.append(f"| {p['batch']} | {p['context']} | {best:.4g} | {cu[k]:.4g} | {best / cu[k]:.2f} |")
-    quant = [r for r in ops if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
-    if quant:
-        fp16 = {(r["api"], r["device"], r["batch"], r["context"]): float(r["time_ms"]) for r in ops
-                if r["op"] == "decode_fp16" and r["time_ms"]}
-        out += ["", "### Decode attention over quantized blocks (attn_decode_quant, same run)", "",
-                "Same heads and contexts; `decode_zipcache`: blocks of 100 tokens (40 at 4 bits, 60 at 2 bits, CST",
-                "values, per-channel key parameters per segment), `decode_kivi2`: blocks of 32 tokens at 2 bits (value",
-                "groups of 32 channels); the remainder of the context in the fp16 window. GB/s counts the slots and",
-                "window tokens actually read (all metadata included); the issue's target is time ≤ 1.25 × (these bytes",
-                "/ copy bandwidth), i.e. a fraction of copy ≥ 0.8.", "",
-                "| layout | device | backend | batch | context | time ms | GB/s | fraction of copy | fp16 decode ms | speed-up over fp16 |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in quant:
-            f = fp16.get((r["api"], r["device"], r["batch"], r["context"]))
-            out.append(f"| {r['op'][7:]} | {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | "
-                       f"{fmt(r['time_ms'], 4)} | {float(r['gbps']):.0f} | {float(r['fraction_of_copy']):.3f} | "
-                       f"{fmt(f, 4) if f else '–'} | {f / float(r['time_ms']):.2f}× |" if f else
-                       f"| {r['op'][7:]} | {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | "
-                       f"{fmt(r['time_ms'], 4)} | {float(r['gbps']):.0f} | {float(r['fraction_of_copy']):.3f} | – | – |")
     pre = [r for r in ops if r["op"] == "prefill_fp16" and r["time_ms"]]
     if pre:
         out += ["", "### Causal prefill attention (attn_prefill, same run)", "",
@@ -219,6 +200,32 @@ if ops:
                        f"{float(r['gflops']) / 1e3:.1f} |")
     out += ["", "Other kernels of the same run (the `perf` case list of test_backend_ops) are in `docs/data/bench_ops.csv`.", "",
             img(plots.attention_vs_context(ops, a.plots), "decode attention time versus context"), ""]
+
+# Quantized decode: the newest dedicated run (bench_ops_quant.csv, with its own fp16 rows) if any,
+# else the rows of bench_ops.csv.
+qops = rows("bench_ops_quant.csv") or ops
+quant = [r for r in qops if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
+if quant:
+    fp16 = {(r["api"], r["device"], r["batch"], r["context"]): float(r["time_ms"]) for r in qops
+            if r["op"] == "decode_fp16" and r["time_ms"]}
+    out += ["### Decode attention over quantized blocks (attn_decode_quant)", "",
+            f"`bench_ops` run of {quant[0]['date'][:10]}, commit `{quant[0]['commit']}`, {quant[0]['device']}; the fp16 "
+            "decode column is the paged fp16 kernel of the same run. 32 query heads, 8 KV heads, head dim 128.",
+            "`decode_zipcache`: blocks of 100 tokens (40 at 4 bits, 60 at 2 bits, CST",
+            "values, per-channel key parameters per segment), `decode_kivi2`: blocks of 32 tokens at 2 bits (value",
+            "groups of 32 channels); the remainder of the context in the fp16 window. GB/s counts the slots and",
+            "window tokens actually read (all metadata included); the issue's target is time ≤ 1.25 × (these bytes",
+            "/ copy bandwidth), i.e. a fraction of copy ≥ 0.8.", "",
+            "| layout | device | backend | batch | context | time ms | GB/s | fraction of copy | fp16 decode ms | speed-up over fp16 |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in quant:
+        f = fp16.get((r["api"], r["device"], r["batch"], r["context"]))
+        out.append(f"| {r['op'][7:]} | {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | "
+                   f"{fmt(r['time_ms'], 4)} | {float(r['gbps']):.0f} | {float(r['fraction_of_copy']):.3f} | "
+                   f"{fmt(f, 4) if f else '–'} | {f / float(r['time_ms']):.2f}× |" if f else
+                   f"| {r['op'][7:]} | {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | "
+                   f"{fmt(r['time_ms'], 4)} | {float(r['gbps']):.0f} | {float(r['fraction_of_copy']):.3f} | – | – |")
+    out.append("")
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}
