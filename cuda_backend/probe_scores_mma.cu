@@ -21,10 +21,10 @@
 //       keeps the B fragments of its 2 row tiles in registers and walks the 16-key tiles of its
 //       rows' requests; per lane an online (max, sum) of rows 2t and 2t + 1 over keys g and
 //       g + 8; the 8 lanes of a row are combined with a fixed butterfly at the end.
-//   probe_scores_mma_kernel one block per (KV head, 64 keys): each warp keeps the A fragments of
-//       its 16 keys and walks the row tiles of its keys' requests, adding exp2(s - lse2) of keys
-//       g and g + 8 against rows 2t and 2t + 1 per lane; the 4 lanes of a key are summed with a
-//       fixed butterfly at the end.
+//   probe_scores_mma_kernel one block per (KV head, 128 keys): each warp keeps the A fragments of
+//       its 32 keys (two 16-key tiles) and walks the row tiles of its keys' requests, adding
+//       exp2(s - lse2) of keys g and g + 8 of each tile against rows 2t and 2t + 1 per lane; the 4
+//       lanes of a key are summed with a fixed butterfly at the end.
 // Both walks are software-pipelined per warp: the next tile's operands load during this tile's
 // mma. (Staging the streamed operand through shared memory for the whole block measured slower
 // on the H100 for both kernels, though it cut the lse walk's L2 traffic 5x: the barriers cost
@@ -44,7 +44,11 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowTile = 8;          // query rows per B operand (its 8 columns)
 constexpr int kLseTilesPerWarp = 2;  // row tiles per warp in the lse kernel
-constexpr int kScoreKeys = kWarps * 16;  // keys per block in the scores kernel
+// Scores kernel: 16-key tiles per warp. Two share each row tile's operand loads, probe lookups and
+// visibility tests (the walk is bound by instruction issue: ncu at 32K, 54% of issue slots busy
+// with one tile per warp).
+constexpr int kScoreKeyTiles = 2;
+constexpr int kScoreKeys = kWarps * 16 * kScoreKeyTiles;  // keys per block in the scores kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Channels c, c + 1 of key i of KV head h (zeros past n_keys).
@@ -239,22 +243,27 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_args a, const uint4 * __restrict__ qf,
                                                                     int64_t row_tiles, const uint4 * __restrict__ kf,
                                                                     int64_t key_tiles) {
-    constexpr int KS = D / 16;
+    constexpr int KS = D / 16, KT = kScoreKeyTiles;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t key_blocks = (a.n_keys + kScoreKeys - 1) / kScoreKeys;
     const int h = int(blockIdx.x / key_blocks);
-    const int64_t i0 = (blockIdx.x % key_blocks) * kScoreKeys + warp * 16;  // this warp's 16 keys
-    const int64_t ia = i0 + g, ib = i0 + g + 8;
-    const int pa = ia < a.n_keys ? a.key_pos[ia] : 0, pb = ib < a.n_keys ? a.key_pos[ib] : 0;
-    int pa0 = 0, pa1 = 0, pb0 = 0, pb1 = 0;  // the probes of keys ia, ib (none past n_keys)
-    if (ia < a.n_keys) key_probes(a, ia, &pa0, &pa1);
-    if (ib < a.n_keys) key_probes(a, ib, &pb0, &pb1);
-
-    uint32_t ah[KS][4];
+    const int64_t i0 = (blockIdx.x % key_blocks) * kScoreKeys + warp * (16 * KT);  // this warp's keys
+    // Per 16-key tile m: this lane's keys ia = i0 + 16m + g and ib = ia + 8, their positions and
+    // their requests' probes (none past n_keys).
+    int pa[KT], pb[KT], pa0[KT], pa1[KT], pb0[KT], pb1[KT];
+    uint32_t ah[KT][KS][4];
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-        const uint4 f = kf[(int64_t(h) * key_tiles + min(i0 / 16, key_tiles - 1)) * KS * 32 + kk * 32 + lane];
-        ah[kk][0] = f.x, ah[kk][1] = f.y, ah[kk][2] = f.z, ah[kk][3] = f.w;
+    for (int m = 0; m < KT; ++m) {
+        const int64_t ia = i0 + 16 * m + g, ib = ia + 8;
+        pa[m] = ia < a.n_keys ? a.key_pos[ia] : 0, pb[m] = ib < a.n_keys ? a.key_pos[ib] : 0;
+        pa0[m] = pa1[m] = pb0[m] = pb1[m] = 0;
+        if (ia < a.n_keys) key_probes(a, ia, &pa0[m], &pa1[m]);
+        if (ib < a.n_keys) key_probes(a, ib, &pb0[m], &pb1[m]);
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+            const uint4 f = kf[(int64_t(h) * key_tiles + min((i0 + 16 * m) / 16, key_tiles - 1)) * KS * 32 + kk * 32 + lane];
+            ah[m][kk][0] = f.x, ah[m][kk][1] = f.y, ah[m][kk][2] = f.z, ah[m][kk][3] = f.w;
+        }
     }
 
     // The warp's rows: from its first key's request to its last key's (keys are in request order).
@@ -262,17 +271,18 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
     if (i0 < a.n_keys) {
         int pbeg, pend, unused;
         key_probes(a, i0, &pbeg, &unused);
-        key_probes(a, min(i0 + 16, a.n_keys) - 1, &unused, &pend);
+        key_probes(a, min(i0 + 16 * KT, a.n_keys) - 1, &unused, &pend);
         rbeg = pbeg * a.group, rend = pend * a.group;
     }
     const float * lse = a.lse_in;
-    float acc_a = 0.0f, acc_b = 0.0f;
-    // Software pipeline: the next row tile's probes and B fragments are loaded while this tile's
-    // mma run. This lane's rows of a tile: 2t and 2t + 1 (p = -1 outside [rbeg, rend)).
+    float acc_a[KT], acc_b[KT];
+#pragma unroll
+    for (int m = 0; m < KT; ++m) acc_a[m] = acc_b[m] = 0.0f;
+    // Software pipeline: the next row tile's probes, log-denominators and B fragments are loaded
+    // while this tile's mma run. This lane's rows of a tile: 2t and 2t + 1 (p = -1 outside
+    // [rbeg, rend)). Row arithmetic in 32 bits (rows = probes x group < 2^31): a 64-bit division
+    // per row costs dozens of instructions in a walk that is bound by instruction issue.
     const uint4 * qbase = qf + int64_t(h) * row_tiles * (D / 32) * 32 + lane;
-    // The rows' log-denominators load with them (a dependent global load per tile otherwise).
-    // Row arithmetic in 32 bits (rows = probes x group < 2^31): a 64-bit division per row costs
-    // dozens of instructions in a walk that is bound by instruction issue.
     auto load_rows = [&](int rt, int (&p)[2], int (&pos)[2], float (&l2)[2], uint4 (&bf)[D / 32]) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -284,7 +294,7 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
                 l2[e] = lse[int64_t(pr) * a.n_q_heads + h * a.group + (r - pr * a.group)] * kLog2e;
             }
         }
-        const uint4 * src = qbase + rt * (D / 32) * 32;
+        const uint4 * src = qbase + int64_t(rt) * (D / 32) * 32;
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) bf[kp] = src[kp * 32];
     };
@@ -294,43 +304,59 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
     int rt = rbeg / kRowTile;
     if (rt * kRowTile < rend) load_rows(rt, p, pos, l2n, bf);
     for (; rt * kRowTile < rend; ++rt) {
-        bool va[2], vb[2];
-        int pc[2];
+        bool va[KT][2], vb[KT][2], any = false;
         float l2[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            pc[e] = p[e];
             l2[e] = l2n[e];
-            va[e] = pc[e] >= pa0 && pc[e] < pa1 && pa <= pos[e];
-            vb[e] = pc[e] >= pb0 && pc[e] < pb1 && pb <= pos[e];
+#pragma unroll
+            for (int m = 0; m < KT; ++m) {
+                va[m][e] = p[e] >= pa0[m] && p[e] < pa1[m] && pa[m] <= pos[e];
+                vb[m][e] = p[e] >= pb0[m] && p[e] < pb1[m] && pb[m] <= pos[e];
+                any |= va[m][e] || vb[m][e];
+            }
         }
         uint4 cur[D / 32];
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) cur[kp] = bf[kp];
         if ((rt + 1) * kRowTile < rend) load_rows(rt + 1, p, pos, l2n, bf);
-        if (!__any_sync(full_mask, va[0] || va[1] || vb[0] || vb[1])) continue;  // warp-uniform
-        // Even and odd k16 steps: two independent mma chains.
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (!__any_sync(full_mask, any)) continue;  // warp-uniform
+        // Per key tile, even and odd k16 steps: 2 KT independent mma chains sharing each B fragment.
+        float s[KT][4], sl[KT][4];
+#pragma unroll
+        for (int m = 0; m < KT; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[m][e] = sl[m][e] = 0.0f;
 #pragma unroll
         for (int kp = 0; kp < D / 32; ++kp) {
             const uint4 v = cur[kp];
-            mma_16816(s, ah[2 * kp], v.x, v.y);
-            mma_16816(sl, ah[2 * kp + 1], v.z, v.w);
+#pragma unroll
+            for (int m = 0; m < KT; ++m) {
+                mma_16816(s[m], ah[m][2 * kp], v.x, v.y);
+                mma_16816(sl[m], ah[m][2 * kp + 1], v.z, v.w);
+            }
         }
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {  // s[e]: key g, row 2t + e; s[2 + e]: key g + 8
-            if (va[e]) acc_a += exp2f(s[e] + sl[e] - l2[e]);
-            if (vb[e]) acc_b += exp2f(s[2 + e] + sl[2 + e] - l2[e]);
-        }
+        for (int m = 0; m < KT; ++m)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // s[m][e]: key 16m + g, row 2t + e; s[m][2 + e]: key 16m + g + 8
+                if (va[m][e]) acc_a[m] += exp2f(s[m][e] + sl[m][e] - l2[e]);
+                if (vb[m][e]) acc_b[m] += exp2f(s[m][2 + e] + sl[m][2 + e] - l2[e]);
+            }
     }
-    // Lanes 4g .. 4g + 3 hold keys g and g + 8.
-    acc_a += __shfl_xor_sync(full_mask, acc_a, 1);
-    acc_a += __shfl_xor_sync(full_mask, acc_a, 2);
-    acc_b += __shfl_xor_sync(full_mask, acc_b, 1);
-    acc_b += __shfl_xor_sync(full_mask, acc_b, 2);
-    if (t == 0) {
-        if (ia < a.n_keys) a.scores[int64_t(h) * a.n_keys + ia] = acc_a;
-        if (ib < a.n_keys) a.scores[int64_t(h) * a.n_keys + ib] = acc_b;
+#pragma unroll
+    for (int m = 0; m < KT; ++m) {
+        // Lanes 4g .. 4g + 3 hold keys g and g + 8 of the tile.
+        float x = acc_a[m], y = acc_b[m];
+        x += __shfl_xor_sync(full_mask, x, 1);
+        x += __shfl_xor_sync(full_mask, x, 2);
+        y += __shfl_xor_sync(full_mask, y, 1);
+        y += __shfl_xor_sync(full_mask, y, 2);
+        const int64_t ia = i0 + 16 * m + g, ib = ia + 8;
+        if (t == 0) {
+            if (ia < a.n_keys) a.scores[int64_t(h) * a.n_keys + ia] = x;
+            if (ib < a.n_keys) a.scores[int64_t(h) * a.n_keys + ib] = y;
+        }
     }
 }
 
