@@ -55,8 +55,8 @@ __device__ __forceinline__ void store<__half>(__half * p, int64_t i, float x) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(T * __restrict__ k, T * __restrict__ v,
-                                                                 const dequant_args a) {
+__global__ void __launch_bounds__(kThreads)
+    kv_dequantize_kernel(T * __restrict__ k, T * __restrict__ v, const dequant_args a) {
     const int h = int(blockIdx.x % unsigned(a.n_kv_heads));
     const int64_t blk = int64_t(blockIdx.x / unsigned(a.n_kv_heads));
     const int32_t slot = a.slots[blk];
@@ -79,13 +79,15 @@ __global__ void __launch_bounds__(kThreads) kv_dequantize_kernel(T * __restrict_
             const float vc = float(code_at(seg + (hi ? a.hi_vcodes : a.lo_vcodes) + jj * rb, c, bits));
             const int64_t g = int64_t(jj) * groups + c / a.v_group;
             kx = __fadd_rn(__fmul_rn(kc, f16_at(seg + a.seg_kstep, c)), f16_at(seg, c));
-            vx = __fadd_rn(__fmul_rn(vc, f16_at(seg + (hi ? a.hi_vstep : a.lo_vstep), g)), f16_at(seg + a.seg_vmin, g));
+            vx = __fadd_rn(__fmul_rn(vc, f16_at(seg + (hi ? a.hi_vstep : a.lo_vstep), g)),
+                           f16_at(seg + a.seg_vmin, g));
             if (a.channel_scale) vx = __fmul_rn(vx, f16_at(head, c));
         }
         const int64_t t = blk * a.block_tokens + j;
-        const int64_t at = a.row_tokens == 0
-                               ? (t * a.n_kv_heads + h) * hd + c
-                               : (((t / a.row_tokens) * a.n_kv_heads + h) * a.row_tokens + t % a.row_tokens) * hd + c;
+        const int64_t at =
+            a.row_tokens == 0
+                ? (t * a.n_kv_heads + h) * hd + c
+                : (((t / a.row_tokens) * a.n_kv_heads + h) * a.row_tokens + t % a.row_tokens) * hd + c;
         store(k, at, kx);
         store(v, at, vx);
     }
@@ -95,7 +97,8 @@ template <typename T>
 void launch(context & ctx, const op_desc & op, const dequant_args & a) {
     const auto & p = op.get<kv_dequantize_params>();
     const unsigned grid = unsigned(p.n_blocks * p.q.n_kv_heads);
-    kv_dequantize_kernel<T><<<grid, kThreads, 0, ctx.stream>>>(dev_ptr<T>(op.dst[0]), dev_ptr<T>(op.dst[1]), a);
+    kv_dequantize_kernel<T>
+        <<<grid, kThreads, 0, ctx.stream>>>(dev_ptr<T>(op.dst[0]), dev_ptr<T>(op.dst[1]), a);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
@@ -103,8 +106,10 @@ void launch(context & ctx, const op_desc & op, const dequant_args & a) {
 
 support supports_kv_dequantize(const op_desc & op) {
     const auto & p = op.get<kv_dequantize_params>();
-    if (op.src[0].offset % 16 != 0) return support::no("the pool view must start at a 16-byte aligned offset");
-    if (p.n_blocks * p.q.n_kv_heads > INT32_MAX) return support::no("too many thread blocks (n_blocks * n_kv_heads)");
+    if (op.src[0].offset % 16 != 0)
+        return support::no("the pool view must start at a 16-byte aligned offset");
+    if (p.n_blocks * p.q.n_kv_heads > INT32_MAX)
+        return support::no("too many thread blocks (n_blocks * n_kv_heads)");
     if (int64_t(p.q.block_tokens()) * p.q.head_dim > INT32_MAX)
         return support::no("block_tokens * head_dim must fit in a 32-bit int");
     return support::yes();

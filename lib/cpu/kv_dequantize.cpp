@@ -28,8 +28,8 @@ void run_kv_dequantize(const op_desc & op) {
         const uint8_t * sp = pool + slot * q.slot_bytes();
         const int32_t n_hi = qblock::read_i32(sp), n_lo = qblock::read_i32(sp + 4);
         KVCOMP_CHECK_ARG(n_hi >= 0 && n_hi <= q.hi_tokens && n_lo >= 0 && n_lo <= q.lo_tokens, describe(op),
-                         ": slot ", slot, " header holds ", n_hi, "+", n_lo, " tokens, capacity ", q.hi_tokens, "+",
-                         q.lo_tokens);
+                         ": slot ", slot, " header holds ", n_hi, "+", n_lo, " tokens, capacity ",
+                         q.hi_tokens, "+", q.lo_tokens);
         for (int64_t h = 0; h < q.n_kv_heads; ++h) {
             const qblock::decoded_head d = qblock::decode_head(q, sp, h);
             const int64_t n = d.n_hi + d.n_lo;

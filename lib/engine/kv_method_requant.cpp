@@ -26,20 +26,21 @@ std::vector<tensor> upload(backend & be, buffer_ptr & buf, const std::vector<std
     if (!buf || buf->size() < packed.size() * 4 + 16) buf = be.alloc(packed.size() * 8 + 64);
     if (!packed.empty()) be.upload(*buf, 0, packed.data(), packed.size() * 4);
     std::vector<tensor> views;
-    for (auto [off, n] : at) views.push_back(make_tensor(buf.get(), dtype::i32, {std::max<int64_t>(int64_t(n), 1)}, off * 4));
+    for (auto [off, n] : at)
+        views.push_back(make_tensor(buf.get(), dtype::i32, {std::max<int64_t>(int64_t(n), 1)}, off * 4));
     return views;
 }
 
 // One flushing request's part of the workspace and its plan.
 struct job {
-    int64_t base = 0;                     // first workspace row
-    int64_t old_blocks = 0, rows = 0;     // rows = old_blocks + 1 (the window)
-    std::vector<int32_t> valid;           // its tokens: row-local token numbers (row * G + j)
-    std::vector<int32_t> key_pos;         // [rows * G]: 0 old, position in window, INT32_MAX padding
+    int64_t base = 0;                  // first workspace row
+    int64_t old_blocks = 0, rows = 0;  // rows = old_blocks + 1 (the window)
+    std::vector<int32_t> valid;        // its tokens: row-local token numbers (row * G + j)
+    std::vector<int32_t> key_pos;      // [rows * G]: 0 old, position in window, INT32_MAX padding
     std::vector<std::pair<int32_t, int32_t>> counts;  // new blocks' (n_hi, n_lo)
-    std::vector<int32_t> slots;           // old slots, then new ones
+    std::vector<int32_t> slots;                       // old slots, then new ones
     int64_t new_slots = 0;
-    int64_t scores_off = 0;               // its [H, rows * G] scores in the score buffer (floats)
+    int64_t scores_off = 0;  // its [H, rows * G] scores in the score buffer (floats)
     bool scored = false;
 };
 
@@ -61,7 +62,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
     const qblock_layout & q = st.q;
     const int64_t H = st.shape.n_kv_heads, hd = st.shape.head_dim, nq = st.shape.n_q_heads;
     const int64_t G = q.block_tokens(), W = st.window, row_elems = H * G * hd;
-    KVCOMP_CHECK_ARG(W == G, "zipcache recompress=all: the decode window (", W, ") must equal the block (", G, ")");
+    KVCOMP_CHECK_ARG(W == G, "zipcache recompress=all: the decode window (", W, ") must equal the block (", G,
+                     ")");
     if (reqs.empty()) return;
 
     // Plan every request: its workspace rows, its tokens, its blocks after the flush.
@@ -73,8 +75,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
         job & j = jobs[f];
         const auto old = block_counts(q, st.ratio, r.win_start);
         if (old.size() != r.slots->size())
-            KVCOMP_THROW(status::internal, "zipcache recompress=all: request holds ", r.slots->size(), " blocks, its ",
-                         r.win_start, " quantized tokens need ", old.size());
+            KVCOMP_THROW(status::internal, "zipcache recompress=all: request holds ", r.slots->size(),
+                         " blocks, its ", r.win_start, " quantized tokens need ", old.size());
         j.base = total_rows, j.old_blocks = int64_t(old.size()), j.rows = j.old_blocks + 1;
         total_rows += j.rows;
         j.key_pos.assign(size_t(j.rows * G), INT32_MAX);
@@ -88,7 +90,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
             j.key_pos[size_t(j.old_blocks * G + s)] = r.win_start + int32_t(s);
         }
         j.counts = block_counts(q, st.ratio, r.win_start + W);
-        if (j.counts.size() < old.size()) KVCOMP_THROW(status::internal, "zipcache recompress=all: fewer blocks after a flush");
+        if (j.counts.size() < old.size())
+            KVCOMP_THROW(status::internal, "zipcache recompress=all: fewer blocks after a flush");
         j.slots = *r.slots;
         j.new_slots = int64_t(j.counts.size() - old.size());
         j.scored = st.saliency && !r.probe_pos->empty();
@@ -114,7 +117,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
     std::vector<float> sums(static_cast<size_t>(total_scores));
 
     for (int64_t layer = 0; layer < st.shape.n_layers; ++layer) {
-        const tensor pool = make_tensor(st.pool[size_t(layer)].get(), dtype::u8, {st.n_slots * q.slot_bytes()});
+        const tensor pool =
+            make_tensor(st.pool[size_t(layer)].get(), dtype::u8, {st.n_slots * q.slot_bytes()});
         for (size_t f = 0; f < jobs.size(); ++f) {
             const job & j = jobs[f];
             const requant_request & r = reqs[f];
@@ -127,10 +131,13 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
                                {make_tensor(ws_k_.get(), dtype::f32, {j.old_blocks * row_elems}, at),
                                 make_tensor(ws_v_.get(), dtype::f32, {j.old_blocks * row_elems}, at)}));
             }
-            const size_t win_at = size_t(int64_t(r.row) * row_elems) * 2, ws_at = at + size_t(j.old_blocks * row_elems) * 4;
-            be.run(make_op(copy_params{row_elems}, {make_tensor(st.win_k[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
+            const size_t win_at = size_t(int64_t(r.row) * row_elems) * 2,
+                         ws_at = at + size_t(j.old_blocks * row_elems) * 4;
+            be.run(make_op(copy_params{row_elems},
+                           {make_tensor(st.win_k[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
                            {make_tensor(ws_k_.get(), dtype::f32, {row_elems}, ws_at)}));
-            be.run(make_op(copy_params{row_elems}, {make_tensor(st.win_v[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
+            be.run(make_op(copy_params{row_elems},
+                           {make_tensor(st.win_v[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
                            {make_tensor(ws_v_.get(), dtype::f32, {row_elems}, ws_at)}));
             // 2. The window's probes over all of the request's tokens.
             if (!j.scored) continue;
@@ -138,11 +145,14 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
             probe_scores_params ps;
             ps.n_probes = np, ps.n_keys = j.rows * G, ps.n_q_heads = nq, ps.n_kv_heads = H, ps.head_dim = hd;
             ps.row_tokens = G, ps.scale = float(1.0 / std::sqrt(double(hd))), ps.use_lse = true;
-            be.run(make_op(ps,
-                           {make_tensor(st.probe_q[size_t(layer)].get(), dtype::f32, {np, nq, hd}, size_t(slot0 * q_row) * 4),
-                            t[3 * f + 1], make_tensor(ws_k_.get(), dtype::f32, {j.rows, H, G, hd}, at), t[3 * f + 2],
-                            make_tensor(st.probe_lse[size_t(layer)].get(), dtype::f32, {np, nq}, size_t(slot0 * nq) * 4)},
-                           {make_tensor(scores_.get(), dtype::f32, {H, j.rows * G}, size_t(j.scores_off) * 4)}));
+            be.run(make_op(
+                ps,
+                {make_tensor(st.probe_q[size_t(layer)].get(), dtype::f32, {np, nq, hd},
+                             size_t(slot0 * q_row) * 4),
+                 t[3 * f + 1], make_tensor(ws_k_.get(), dtype::f32, {j.rows, H, G, hd}, at), t[3 * f + 2],
+                 make_tensor(st.probe_lse[size_t(layer)].get(), dtype::f32, {np, nq},
+                             size_t(slot0 * nq) * 4)},
+                {make_tensor(scores_.get(), dtype::f32, {H, j.rows * G}, size_t(j.scores_off) * 4)}));
         }
         if (total_scores > 0) be.download(*scores_, 0, sums.data(), sums.size() * 4);
 
@@ -161,9 +171,12 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
                     std::vector<float> s(static_cast<size_t>(N));
                     std::vector<int32_t> kp(static_cast<size_t>(N));
                     const float * col = sums.data() + j.scores_off + h * j.rows * G;
-                    for (int64_t i = 0; i < N; ++i) s[size_t(i)] = col[j.valid[size_t(i)]], kp[size_t(i)] = j.key_pos[size_t(j.valid[size_t(i)])];
+                    for (int64_t i = 0; i < N; ++i)
+                        s[size_t(i)] = col[j.valid[size_t(i)]],
+                        kp[size_t(i)] = j.key_pos[size_t(j.valid[size_t(i)])];
                     order = hq::split_by_saliency(
-                        hq::normalized_scores(s.data(), kp, *r.probe_pos, hq::nnz_mode::probe, r.win_start + int32_t(W) - 1),
+                        hq::normalized_scores(s.data(), kp, *r.probe_pos, hq::nnz_mode::probe,
+                                              r.win_start + int32_t(W) - 1),
                         st.ratio);
                 } else {
                     order.resize(size_t(N));
@@ -173,9 +186,11 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
                 for (size_t bi = 0; bi < j.counts.size(); ++bi) {
                     const auto [hi, lo] = j.counts[bi];
                     int32_t * dst = block_rows.data() + (int64_t(bi) * H + h) * G;
-                    for (int32_t x = 0; x < hi; ++x) dst[x] = base + j.valid[size_t(order[size_t(int64_t(bi) * q.hi_tokens + x)])];
+                    for (int32_t x = 0; x < hi; ++x)
+                        dst[x] = base + j.valid[size_t(order[size_t(int64_t(bi) * q.hi_tokens + x)])];
                     for (int32_t x = 0; x < lo; ++x)
-                        dst[hi + x] = base + j.valid[size_t(order[size_t(n_hi + int64_t(bi) * q.lo_tokens + x)])];
+                        dst[hi + x] =
+                            base + j.valid[size_t(order[size_t(n_hi + int64_t(bi) * q.lo_tokens + x)])];
                 }
             }
             rows.insert(rows.end(), block_rows.begin(), block_rows.end());

@@ -46,22 +46,22 @@ namespace kvcomp::engine {
 struct requant_state {
     const qblock_layout & q;
     const kv_shape & shape;
-    int32_t window = 0;        // tokens per window (== q.block_tokens())
-    double ratio = 0.0;        // salient fraction
-    bool saliency = false;     // rank by probe attention (0 < ratio < 1)
-    int32_t probe_cap = 0;     // probe rows per window row in probe_q / probe_lse
+    int32_t window = 0;     // tokens per window (== q.block_tokens())
+    double ratio = 0.0;     // salient fraction
+    bool saliency = false;  // rank by probe attention (0 < ratio < 1)
+    int32_t probe_cap = 0;  // probe rows per window row in probe_q / probe_lse
     int64_t n_slots = 0;
-    const std::vector<buffer_ptr> & pool;                // per layer: u8 [n_slots * slot_bytes]
-    const std::vector<buffer_ptr> & win_k, & win_v;      // per layer: f16 [max_requests, H, window, hd]
-    const std::vector<buffer_ptr> & probe_q, & probe_lse;  // per layer (saliency): f32 rows per window row
+    const std::vector<buffer_ptr> & pool;                     // per layer: u8 [n_slots * slot_bytes]
+    const std::vector<buffer_ptr> &win_k, &win_v;             // per layer: f16 [max_requests, H, window, hd]
+    const std::vector<buffer_ptr> &probe_q, &probe_lse;       // per layer (saliency): f32 rows per window row
     std::function<std::vector<int32_t>(int64_t)> take_slots;  // n new slots (throws when the pool is full)
 };
 
 // One request whose window is full.
 struct requant_request {
-    std::vector<int32_t> * slots;          // its blocks, in order; grown with the new ones
-    int32_t row = 0;                       // its window row
-    int32_t win_start = 0;                 // position of its window's first token = tokens in its blocks
+    std::vector<int32_t> * slots;  // its blocks, in order; grown with the new ones
+    int32_t row = 0;               // its window row
+    int32_t win_start = 0;         // position of its window's first token = tokens in its blocks
     const std::vector<int32_t> * probe_pos = nullptr;  // positions of its window's probe steps
 };
 

@@ -102,7 +102,9 @@ round_result quantize_round(backend & be, const qblock_layout & q, const std::ve
         plan.insert(plan.end(), {int32_t(i), blocks[size_t(i)].n_hi, blocks[size_t(i)].n_lo});
         for (int64_t h = 0; h < H; ++h)
             for (int64_t j = 0; j < G; ++j)
-                rows.push_back(j < int64_t(blocks[size_t(i)].ids[size_t(h)].size()) ? int32_t(blocks[size_t(i)].ids[size_t(h)][size_t(j)]) : 0);
+                rows.push_back(j < int64_t(blocks[size_t(i)].ids[size_t(h)].size())
+                                   ? int32_t(blocks[size_t(i)].ids[size_t(h)][size_t(j)])
+                                   : 0);
     }
     std::vector<int32_t> slots(static_cast<size_t>(nb));
     std::iota(slots.begin(), slots.end(), 0);
@@ -112,14 +114,18 @@ round_result quantize_round(backend & be, const qblock_layout & q, const std::ve
     auto ko = be.alloc(size_t(nb * G * H * hd) * 4), vo = be.alloc(size_t(nb * G * H * hd) * 4);
     kv_quantize_params qp;
     qp.q = q, qp.n_blocks = nb, qp.n_src_tokens = n_ids, qp.row_tokens = 0, qp.n_slots = nb;
-    be.run(make_op(qp,
-                   {make_tensor(kb.get(), dtype::f32, {n_ids, H, hd}), make_tensor(vb.get(), dtype::f32, {n_ids, H, hd}),
-                    make_tensor(pb.get(), dtype::i32, {nb, 3}), make_tensor(rb.get(), dtype::i32, {nb, H, G})},
-                   {make_tensor(pool.get(), dtype::u8, {nb * q.slot_bytes()})}));
+    be.run(make_op(
+        qp,
+        {make_tensor(kb.get(), dtype::f32, {n_ids, H, hd}), make_tensor(vb.get(), dtype::f32, {n_ids, H, hd}),
+         make_tensor(pb.get(), dtype::i32, {nb, 3}), make_tensor(rb.get(), dtype::i32, {nb, H, G})},
+        {make_tensor(pool.get(), dtype::u8, {nb * q.slot_bytes()})}));
     kv_dequantize_params dp;
     dp.q = q, dp.n_blocks = nb, dp.row_tokens = 0, dp.n_slots = nb;
-    be.run(make_op(dp, {make_tensor(pool.get(), dtype::u8, {nb * q.slot_bytes()}), make_tensor(sb.get(), dtype::i32, {nb})},
-                   {make_tensor(ko.get(), dtype::f32, {nb * G, H, hd}), make_tensor(vo.get(), dtype::f32, {nb * G, H, hd})}));
+    be.run(make_op(
+        dp,
+        {make_tensor(pool.get(), dtype::u8, {nb * q.slot_bytes()}), make_tensor(sb.get(), dtype::i32, {nb})},
+        {make_tensor(ko.get(), dtype::f32, {nb * G, H, hd}),
+         make_tensor(vo.get(), dtype::f32, {nb * G, H, hd})}));
     std::vector<uint8_t> bytes(size_t(nb * q.slot_bytes()));
     std::vector<float> kd(size_t(nb * G * H * hd)), vd(kd.size());
     be.download(*pool, 0, bytes.data(), bytes.size());
@@ -140,22 +146,26 @@ round_result quantize_round(backend & be, const qblock_layout & q, const std::ve
                 const uint8_t * seg = head + (hi ? q.head_hi() : q.head_lo());
                 const int64_t jj = hi ? int64_t(j) : int64_t(j) - d.n_hi;
                 for (int64_t c = 0; c < hd; ++c) {
-                    const size_t dev = size_t(((i * G + int64_t(j)) * H + h) * hd + c), at = size_t((ids[j] * H + h) * hd + c);
+                    const size_t dev = size_t(((i * G + int64_t(j)) * H + h) * hd + c),
+                                 at = size_t((ids[j] * H + h) * hd + c);
                     // (a) the op's rows are the codec's decode, bit for bit
-                    EXPECT_EQ(kd[dev], d.k[j * size_t(hd) + size_t(c)]) << "k block " << i << " head " << h << " token " << j;
-                    EXPECT_EQ(vd[dev], d.v[j * size_t(hd) + size_t(c)]) << "v block " << i << " head " << h << " token " << j;
+                    EXPECT_EQ(kd[dev], d.k[j * size_t(hd) + size_t(c)])
+                        << "k block " << i << " head " << h << " token " << j;
+                    EXPECT_EQ(vd[dev], d.v[j * size_t(hd) + size_t(c)])
+                        << "v block " << i << " head " << h << " token " << j;
                     r.deq.k[at] = kd[dev], r.deq.v[at] = vd[dev];
                     r.levels[at] = float(qblock::max_code(hi ? q.hi_bits : q.lo_bits));
                     r.step.k[at] = qblock::read_f16(seg + q.seg_kstep(), c);
                     const float vs = q.channel_scale ? qblock::read_f16(head, c) : 1.0f;
-                    r.step.v[at] = qblock::read_f16(seg + q.seg_vstep(cap), jj * q.v_groups() + c / q.v_group) * vs;
+                    r.step.v[at] =
+                        qblock::read_f16(seg + q.seg_vstep(cap), jj * q.v_groups() + c / q.v_group) * vs;
                 }
             }
             // Rows past the block's tokens are zeros.
             for (int64_t j = int64_t(ids.size()); j < G; ++j)
                 for (int64_t c = 0; c < hd; ++c) {
-                EXPECT_EQ(kd[size_t(((i * G + j) * H + h) * hd + c)], 0.0f);
-            }
+                    EXPECT_EQ(kd[size_t(((i * G + j) * H + h) * hd + c)], 0.0f);
+                }
         }
     }
     return r;
@@ -191,13 +201,14 @@ TEST_P(requant_ops_on, requantizing_with_the_same_groups_reproduces_keys) {
         const round_result r1 = quantize_round(*be, q, blocks, x, n);
         const round_result r2 = quantize_round(*be, q, blocks, r1.deq, n);
         int64_t k_diff = 0, v_diff = 0;
-        for (size_t e = 0; e < x.k.size(); ++e) k_diff += r2.deq.k[e] != r1.deq.k[e], v_diff += r2.deq.v[e] != r1.deq.v[e];
+        for (size_t e = 0; e < x.k.size(); ++e)
+            k_diff += r2.deq.k[e] != r1.deq.k[e], v_diff += r2.deq.v[e] != r1.deq.v[e];
         EXPECT_EQ(k_diff, 0) << "keys re-quantized with unchanged groups must not move";
         if (!cs) {
             EXPECT_EQ(v_diff, 0) << "token-wise values without a channel scale must not move";
         }
-        std::printf("[ requant ] %s T5 cscale=%d: keys moved %lld, values moved %lld of %zu\n", GetParam().c_str(), cs ? 1 : 0,
-                    (long long)k_diff, (long long)v_diff, x.k.size());
+        std::printf("[ requant ] %s T5 cscale=%d: keys moved %lld, values moved %lld of %zu\n",
+                    GetParam().c_str(), cs ? 1 : 0, (long long)k_diff, (long long)v_diff, x.k.size());
     }
 }
 
@@ -219,19 +230,23 @@ TEST_P(requant_ops_on, drift_stays_within_the_sum_of_single_quantization_bounds)
     };
     auto rms = [&](const std::vector<float> & a, const std::vector<float> & b, int64_t n) {
         double s = 0;
-        for (int64_t e = 0; e < n * H * hd; ++e) s += double(a[size_t(e)] - b[size_t(e)]) * double(a[size_t(e)] - b[size_t(e)]);
+        for (int64_t e = 0; e < n * H * hd; ++e)
+            s += double(a[size_t(e)] - b[size_t(e)]) * double(a[size_t(e)] - b[size_t(e)]);
         return std::sqrt(s / double(n * H * hd));
     };
     // all: every round re-quantizes everything; append: a round quantizes only its window.
     round_result cur = quantize_round(*be, q, lay_out(q, random_order(L)), x, L);
     kv_rows bound_k = cur.step, app = cur.deq;  // per element: the sum of the rounds' bounds so far
     for (size_t e = 0; e < x.k.size() && e < bound_k.k.size(); ++e) {
-        bound_k.k[e] = 0.5f * cur.step.k[e] + 0.0009765625f * (cur.levels[e] * cur.step.k[e] + std::fabs(x.k[e])) + 1e-6f;
-        bound_k.v[e] = 0.5f * cur.step.v[e] + 0.0009765625f * (cur.levels[e] * cur.step.v[e] + std::fabs(x.v[e])) + 1e-6f;
+        bound_k.k[e] = 0.5f * cur.step.k[e] +
+                       0.0009765625f * (cur.levels[e] * cur.step.k[e] + std::fabs(x.k[e])) + 1e-6f;
+        bound_k.v[e] = 0.5f * cur.step.v[e] +
+                       0.0009765625f * (cur.levels[e] * cur.step.v[e] + std::fabs(x.v[e])) + 1e-6f;
     }
-    std::printf("[ requant ] %s drift, RMS error vs exact K/V (L=%lld, block %lld, 4/2 bits, CST):\n"
-                "[ requant ]   m  tokens  K append  K all     V append  V all\n",
-                GetParam().c_str(), (long long)L, (long long)G);
+    std::printf(
+        "[ requant ] %s drift, RMS error vs exact K/V (L=%lld, block %lld, 4/2 bits, CST):\n"
+        "[ requant ]   m  tokens  K append  K all     V append  V all\n",
+        GetParam().c_str(), (long long)L, (long long)G);
     for (int64_t m = 1; m <= M; ++m) {
         const int64_t n = L + m * G;
         // Sources: old tokens from the current cache, the window's tokens exact.
@@ -245,7 +260,8 @@ TEST_P(requant_ops_on, drift_stays_within_the_sum_of_single_quantization_bounds)
             for (int64_t t = n - G; t < n; ++t) o.push_back(t);
         const round_result wr = quantize_round(*be, q, lay_out(q, win), x, n);
         app.k.resize(src.k.size()), app.v.resize(src.k.size());
-        for (size_t e = size_t((n - G) * H * hd); e < src.k.size(); ++e) app.k[e] = wr.deq.k[e], app.v[e] = wr.deq.v[e];
+        for (size_t e = size_t((n - G) * H * hd); e < src.k.size(); ++e)
+            app.k[e] = wr.deq.k[e], app.v[e] = wr.deq.v[e];
         bound_k.k.resize(src.k.size(), 0.0f), bound_k.v.resize(src.k.size(), 0.0f);
         int64_t over_round = 0, over_total = 0;
         for (size_t e = 0; e < src.k.size(); ++e) {
@@ -255,7 +271,8 @@ TEST_P(requant_ops_on, drift_stays_within_the_sum_of_single_quantization_bounds)
                 // T2 for this round: half a step, plus the f16 rounding of the parameters (digest
                 // §10 T2 "+ fp16 epsilon"): min off by <= 2^-11 |min|, and the top code's value off by
                 // levels x the step's rounding, with |min| <= |s| + levels x step.
-                const float bound = 0.5f * step + 0.0009765625f * (next.levels[e] * step + std::fabs(s)) + 1e-6f;
+                const float bound =
+                    0.5f * step + 0.0009765625f * (next.levels[e] * step + std::fabs(s)) + 1e-6f;
                 float & b = kv ? bound_k.v[e] : bound_k.k[e];
                 b += bound;
                 over_round += std::fabs(y - s) > bound;
@@ -264,8 +281,8 @@ TEST_P(requant_ops_on, drift_stays_within_the_sum_of_single_quantization_bounds)
         }
         EXPECT_EQ(over_round, 0) << "round " << m << ": a value moved by more than half its new step";
         EXPECT_EQ(over_total, 0) << "round " << m << ": drift above the sum of the rounds' half steps";
-        std::printf("[ requant ]  %2lld  %6lld  %.6f  %.6f  %.6f  %.6f\n", (long long)m, (long long)n, rms(app.k, x.k, n),
-                    rms(next.deq.k, x.k, n), rms(app.v, x.v, n), rms(next.deq.v, x.v, n));
+        std::printf("[ requant ]  %2lld  %6lld  %.6f  %.6f  %.6f  %.6f\n", (long long)m, (long long)n,
+                    rms(app.k, x.k, n), rms(next.deq.k, x.k, n), rms(app.v, x.v, n), rms(next.deq.v, x.v, n));
         cur = next;
     }
 }
@@ -289,7 +306,8 @@ engine::engine_config engine_cfg(const std::string & backend, const std::string 
 
 // Teacher-forced log-probs of seq[plen..] after a prompt of plen tokens, one request per sequence.
 std::vector<std::vector<double>> forced_logprobs(const engine::engine_config & cfg,
-                                                 const std::vector<std::vector<int32_t>> & seqs, size_t plen) {
+                                                 const std::vector<std::vector<int32_t>> & seqs,
+                                                 size_t plen) {
     engine::engine e(cfg);
     std::vector<int64_t> ids;
     for (const auto & s : seqs) {
@@ -322,15 +340,19 @@ TEST_P(requant_engine_on, eight_bits_stay_close_to_none_in_both_modes_and_two_bi
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(136, 61)};
     const auto ref = forced_logprobs(engine_cfg(GetParam(), "none"), seq, 40)[0];
     auto diff = [&](const std::string & bits, const std::string & mode) {
-        return mean_abs_diff(forced_logprobs(engine_cfg(GetParam(), "zipcache",
-                                                        {{"block", "16"}, {"hi_bits", bits}, {"lo_bits", bits}, {"recompress", mode}}),
-                                             seq, 40)[0],
-                             ref);
+        return mean_abs_diff(
+            forced_logprobs(
+                engine_cfg(GetParam(), "zipcache",
+                           {{"block", "16"}, {"hi_bits", bits}, {"lo_bits", bits}, {"recompress", mode}}),
+                seq, 40)[0],
+            ref);
     };
-    const double a8 = diff("8", "append"), r8 = diff("8", "all"), a2 = diff("2", "append"), r2 = diff("2", "all");
-    std::printf("[ requant ] %s mean |logprob - none's| over 96 forced tokens: 8 bits append %.3g all %.3g; "
-                "2 bits append %.3g all %.3g\n",
-                GetParam().c_str(), a8, r8, a2, r2);
+    const double a8 = diff("8", "append"), r8 = diff("8", "all"), a2 = diff("2", "append"),
+                 r2 = diff("2", "all");
+    std::printf(
+        "[ requant ] %s mean |logprob - none's| over 96 forced tokens: 8 bits append %.3g all %.3g; "
+        "2 bits append %.3g all %.3g\n",
+        GetParam().c_str(), a8, r8, a2, r2);
     // 8 bits: an 8-bit step is 1/255 of a range, so the log-probs barely move (both modes).
     // Measured on cpu: 0.00099 (append), 0.0014 (all); 2 bits: 0.098, 0.125.
     EXPECT_LE(a8, 5e-3);
@@ -346,8 +368,9 @@ TEST_P(requant_engine_on, eight_bits_stay_close_to_none_in_both_modes_and_two_bi
 TEST_P(requant_engine_on, batched_flushes_match_single_requests_and_runs_are_deterministic) {
     const std::vector<std::vector<int32_t>> seqs = {test::make_prompt(110, 71), test::make_prompt(94, 72)};
     // No random probes: the draws are seeded per request id, which differs between the runs.
-    const auto cfg = engine_cfg(GetParam(), "zipcache",
-                                {{"block", "16"}, {"recompress", "all"}, {"probe_random", "0"}, {"decode_probe_p", "0"}});
+    const auto cfg =
+        engine_cfg(GetParam(), "zipcache",
+                   {{"block", "16"}, {"recompress", "all"}, {"probe_random", "0"}, {"decode_probe_p", "0"}});
     const auto both = forced_logprobs(cfg, seqs, 30);  // 80 and 64 forced tokens: flushes together
     const auto again = forced_logprobs(cfg, seqs, 30);
     EXPECT_EQ(both, again) << "same seed, same log-probs";
@@ -355,7 +378,8 @@ TEST_P(requant_engine_on, batched_flushes_match_single_requests_and_runs_are_det
         const auto alone = forced_logprobs(cfg, {seqs[b]}, 30)[0];
         ASSERT_EQ(alone.size(), both[b].size());
         for (size_t i = 0; i < alone.size(); ++i)
-            EXPECT_NEAR(alone[i], both[b][i], test::logprob_tolerance(GetParam())) << "request " << b << " token " << i;
+            EXPECT_NEAR(alone[i], both[b][i], test::logprob_tolerance(GetParam()))
+                << "request " << b << " token " << i;
     }
 }
 
@@ -368,7 +392,8 @@ TEST(requant, streaming_block_counts) {
     const int32_t G = 16;
     const auto & m = host::load_model_config(tiny_dir());
     qblock_layout q;
-    q.n_kv_heads = m.num_key_value_heads, q.head_dim = m.head_dim, q.lo_tokens = 9, q.hi_tokens = 7;  // ratio 0.4
+    q.n_kv_heads = m.num_key_value_heads, q.head_dim = m.head_dim, q.lo_tokens = 9,
+    q.hi_tokens = 7;  // ratio 0.4
     q.hi_bits = 4, q.lo_bits = 2, q.v_group = int32_t(m.head_dim), q.channel_scale = true;
     const uint64_t Ls = uint64_t(m.num_hidden_layers), slot = uint64_t(q.slot_bytes()) * Ls;
     const uint64_t row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * Ls;
@@ -382,17 +407,22 @@ TEST(requant, streaming_block_counts) {
         for (int64_t T : {0, 15, 16, 17, 47, 48, 80}) {
             SCOPED_TRACE("ratio " + std::string(ratio) + ", T " + std::to_string(T));
             const int64_t L = 37;
-            auto cfg = engine_cfg("cpu", "zipcache", {{"block", "16"}, {"ratio", ratio}, {"recompress", "all"}});
+            auto cfg =
+                engine_cfg("cpu", "zipcache", {{"block", "16"}, {"ratio", ratio}, {"recompress", "all"}});
             engine::engine e(cfg);
-            const auto ids = test::submit_greedy(e, {test::make_prompt(size_t(L), 9)}, T + 1);  // T decode steps
+            const auto ids =
+                test::submit_greedy(e, {test::make_prompt(size_t(L), 9)}, T + 1);  // T decode steps
             e.run();
             const int64_t quantized = L + (T / G) * G;
-            const uint64_t q_slot = r > 0 ? slot : uint64_t([&] {
-                qblock_layout z = q;
-                z.hi_tokens = 0, z.lo_tokens = 16;
-                return z.slot_bytes();
-            }()) * Ls;
-            EXPECT_EQ(e.result(ids[0]).kv_bytes_peak, uint64_t(blocks_for(quantized, r, hc, lc)) * q_slot + (T > 0 ? row : 0));
+            const uint64_t q_slot = r > 0 ? slot
+                                          : uint64_t([&] {
+                                                qblock_layout z = q;
+                                                z.hi_tokens = 0, z.lo_tokens = 16;
+                                                return z.slot_bytes();
+                                            }()) *
+                                                Ls;
+            EXPECT_EQ(e.result(ids[0]).kv_bytes_peak,
+                      uint64_t(blocks_for(quantized, r, hc, lc)) * q_slot + (T > 0 ? row : 0));
             EXPECT_EQ(e.stats().method_pages_in_use, 0);
         }
     }
@@ -400,10 +430,16 @@ TEST(requant, streaming_block_counts) {
 
 // (e) bad input.
 TEST(requant, bad_options_are_clear_errors) {
-    test::expect_error([] { engine::create_kv_method("zipcache", {{"recompress", "sometimes"}}); }, status::invalid_argument,
-                       {"zipcache", "recompress=sometimes", "all, append"});
-    test::expect_error([] { engine::create_kv_method("kivi", {{"recompress", "all"}}); }, status::invalid_argument,
-                       {"kivi", "unknown option 'recompress'"});
+    test::expect_error(
+        [] {
+            engine::create_kv_method("zipcache", {{"recompress", "sometimes"}});
+        },
+        status::invalid_argument, {"zipcache", "recompress=sometimes", "all, append"});
+    test::expect_error(
+        [] {
+            engine::create_kv_method("kivi", {{"recompress", "all"}});
+        },
+        status::invalid_argument, {"kivi", "unknown option 'recompress'"});
     EXPECT_NO_THROW(engine::create_kv_method("zipcache", {{"recompress", "all"}}));
     EXPECT_NO_THROW(engine::create_kv_method("zipcache", {{"recompress", "append"}}));
 }
@@ -412,18 +448,30 @@ TEST(requant, bad_options_are_clear_errors) {
 TEST(requant, kv_dequantize_rejects_bad_views) {
     const auto be = create_backend("cpu");
     const qblock_layout q = small_layout(true);
-    auto pool = be->alloc(size_t(4 * q.slot_bytes())), slots = be->alloc(16), out = be->alloc(size_t(2 * 16 * 2 * 64) * 4);
+    auto pool = be->alloc(size_t(4 * q.slot_bytes())), slots = be->alloc(16),
+         out = be->alloc(size_t(2 * 16 * 2 * 64) * 4);
     kv_dequantize_params p;
     p.q = q, p.n_blocks = 2, p.row_tokens = 0, p.n_slots = 4;
-    const tensor pt = make_tensor(pool.get(), dtype::u8, {4 * q.slot_bytes()}), st = make_tensor(slots.get(), dtype::i32, {2});
+    const tensor pt = make_tensor(pool.get(), dtype::u8, {4 * q.slot_bytes()}),
+                 st = make_tensor(slots.get(), dtype::i32, {2});
     const tensor k = make_tensor(out.get(), dtype::f32, {32, 2, 64});
-    test::expect_error([&] { be->run(make_op(p, {pt, st}, {k, make_tensor(out.get(), dtype::f16, {32, 2, 64})})); },
-                       status::invalid_argument, {"kv_dequantize", "v has dtype f16"});
+    test::expect_error(
+        [&] {
+            be->run(make_op(p, {pt, st}, {k, make_tensor(out.get(), dtype::f16, {32, 2, 64})}));
+        },
+        status::invalid_argument, {"kv_dequantize", "v has dtype f16"});
     p.row_tokens = 12;
-    test::expect_error([&] { be->run(make_op(p, {pt, st}, {k, k})); }, status::invalid_argument,
-                       {"kv_dequantize", "row_tokens (12) must divide the 32 output tokens"});
+    test::expect_error(
+        [&] {
+            be->run(make_op(p, {pt, st}, {k, k}));
+        },
+        status::invalid_argument, {"kv_dequantize", "row_tokens (12) must divide the 32 output tokens"});
     p.row_tokens = 0, p.n_blocks = 3;
-    test::expect_error([&] { be->run(make_op(p, {pt, st}, {k, k})); }, status::invalid_argument, {"slots has 2 elements"});
+    test::expect_error(
+        [&] {
+            be->run(make_op(p, {pt, st}, {k, k}));
+        },
+        status::invalid_argument, {"slots has 2 elements"});
 }
 
 }  // namespace
