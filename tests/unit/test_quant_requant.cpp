@@ -24,6 +24,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "core/op.h"
 #include "core/qblock.h"
@@ -507,40 +508,42 @@ INSTANTIATE_TEST_SUITE_P(requant_backends, requant_engine_on, ::testing::ValuesI
 TEST(requant, streaming_block_counts) {
     const int32_t G = 16;
     const auto & m = host::load_model_config(tiny_dir());
-    qblock_layout q;
-    q.n_kv_heads = m.num_key_value_heads, q.head_dim = m.head_dim, q.lo_tokens = 9,
-    q.hi_tokens = 7;  // ratio 0.4
-    q.hi_bits = 4, q.lo_bits = 2, q.v_group = int32_t(m.head_dim), q.channel_scale = true;
-    const uint64_t Ls = uint64_t(m.num_hidden_layers), slot = uint64_t(q.slot_bytes()) * Ls;
-    const uint64_t row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * Ls;
-    auto blocks_for = [&](int64_t n, double ratio, int32_t hc, int32_t lc) {
-        const int64_t lo = int64_t(std::floor((1.0 - ratio) * double(n) + 1e-9)), hi = n - lo;
-        return std::max(hc ? (hi + hc - 1) / hc : 0, lc ? (lo + lc - 1) / lc : 0);
-    };
-    for (const char * ratio : {"0.4", "0"}) {
+    const uint64_t Ls = uint64_t(m.num_hidden_layers);
+    const uint64_t row = uint64_t(m.num_key_value_heads * G * m.head_dim) * 2 * 2 * Ls;
+    // (ratio, hi tokens, lo tokens per block): the authors' split, n_lo = floor((1 - r) * 16).
+    const std::vector<std::tuple<const char *, int32_t, int32_t>> ratios = {
+        {"0.4", 7, 9}, {"0", 0, 16}, {"1", 16, 0}};
+    for (const auto & [ratio, hc, lc] : ratios) {
+        qblock_layout q;
+        q.n_kv_heads = m.num_key_value_heads, q.head_dim = m.head_dim, q.hi_tokens = hc, q.lo_tokens = lc;
+        q.hi_bits = 4, q.lo_bits = 2, q.v_group = int32_t(m.head_dim), q.channel_scale = true;
+        const uint64_t slot = uint64_t(q.slot_bytes()) * Ls;
         const double r = std::atof(ratio);
-        const int32_t hc = r > 0 ? 7 : 0, lc = r > 0 ? 9 : 16;
-        for (int64_t T : {0, 15, 16, 17, 47, 48, 80}) {
-            SCOPED_TRACE("ratio " + std::string(ratio) + ", T " + std::to_string(T));
-            const int64_t L = 37;
-            auto cfg =
-                engine_cfg("cpu", "zipcache", {{"block", "16"}, {"ratio", ratio}, {"recompress", "all"}});
-            engine::engine e(cfg);
-            const auto ids =
-                test::submit_greedy(e, {test::make_prompt(size_t(L), 9)}, T + 1);  // T decode steps
-            e.run();
-            const int64_t quantized = L + (T / G) * G;
-            const uint64_t q_slot = r > 0 ? slot
-                                          : uint64_t([&] {
-                                                qblock_layout z = q;
-                                                z.hi_tokens = 0, z.lo_tokens = 16;
-                                                return z.slot_bytes();
-                                            }()) *
-                                                Ls;
-            EXPECT_EQ(e.result(ids[0]).kv_bytes_peak,
-                      uint64_t(blocks_for(quantized, r, hc, lc)) * q_slot + (T > 0 ? row : 0));
-            EXPECT_EQ(e.stats().method_pages_in_use, 0);
+        // Blocks of n tokens laid out afresh: hi and lo segments fill in parallel.
+        auto blocks_for = [&](int64_t n) {
+            const int64_t lo = int64_t(std::floor((1.0 - r) * double(n) + 1e-9)), hi = n - lo;
+            return std::max<int64_t>(hc ? (hi + hc - 1) / hc : 0, lc ? (lo + lc - 1) / lc : 0);
+        };
+        // L = 30 at ratio 0.4 separates the modes: after 5 flushes all holds blocks_for(110) = 8 blocks
+        // (66 lo tokens need 8 blocks of 9), append the prompt's 2 plus one per window = 7.
+        if (r == 0.4) {
+            EXPECT_EQ(blocks_for(110), blocks_for(30) + 6);
         }
+        for (int64_t L : {37, 30})
+            for (int64_t T : {0, 15, 16, 17, 47, 48, 80}) {
+                SCOPED_TRACE("ratio " + std::string(ratio) + ", L " + std::to_string(L) + ", T " +
+                             std::to_string(T));
+                engine::engine e(engine_cfg("cpu", "zipcache",
+                                            {{"block", "16"}, {"ratio", ratio}, {"recompress", "all"}}));
+                const auto ids =
+                    test::submit_greedy(e, {test::make_prompt(size_t(L), 9)}, T + 1);  // T decode steps
+                e.run();
+                // Flushes exactly at multiples of G: the blocks hold L + G * floor(T / G) tokens.
+                const int64_t quantized = L + (T / G) * G;
+                EXPECT_EQ(e.result(ids[0]).kv_bytes_peak,
+                          uint64_t(blocks_for(quantized)) * slot + (T > 0 ? row : 0));
+                EXPECT_EQ(e.stats().method_pages_in_use, 0);
+            }
     }
 }
 
