@@ -75,7 +75,7 @@ const char * op_label(op_type t) {
                                          "argmax", "kv_append", "attn_decode", "attn_prefill",
                                          "kv_quantize", "attn_decode_quant", "probe_scores",
                                          "head_project", "kv_append_ragged", "attn_decode_ragged",
-                                         "attn_prefill_ragged", "attn_decode_palu"};
+                                         "attn_prefill_ragged", "attn_decode_palu", "kv_dequantize"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(op_type::count), "op_label is out of date");
     return size_t(t) < size_t(op_type::count) ? names[size_t(t)] : "?";
 }
@@ -165,6 +165,7 @@ class cuda_backend : public backend {
             case op_type::attn_decode: return supports_attn_decode(op);
             case op_type::attn_prefill: return supports_attn_prefill(op);
             case op_type::kv_quantize: return supports_kv_quantize(op);
+            case op_type::kv_dequantize: return supports_kv_dequantize(op);
             case op_type::attn_decode_quant: return supports_attn_decode_quant(op);
             case op_type::probe_scores: return supports_probe_scores(op);
             case op_type::head_project: return supports_head_project(op);
@@ -252,6 +253,7 @@ class cuda_backend : public backend {
             case op_type::attn_decode: run_attn_decode(ctx_, op); break;
             case op_type::attn_prefill: run_attn_prefill(ctx_, op); break;
             case op_type::kv_quantize: run_kv_quantize(ctx_, op); break;
+            case op_type::kv_dequantize: run_kv_dequantize(ctx_, op); break;
             case op_type::attn_decode_quant: run_attn_decode_quant(ctx_, op); break;
             case op_type::probe_scores: run_probe_scores(ctx_, op); break;
             case op_type::head_project: run_head_project(ctx_, op); break;

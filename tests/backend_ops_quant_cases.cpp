@@ -3,6 +3,8 @@
 //   op                 metric  threshold  why
 //   kv_quantize        exact   -          codes and f16 parameters are specified operation by
 //                                         operation (core/qblock.h): every backend must match
+//   kv_dequantize      exact   -          k^ = code * kstep + kmin etc. in fp32 without FMA
+//                                         (core/qblock.h): the same bits on every backend
 //   attn_decode_quant  nmse    1e-6       as attn_decode; dequantization may fuse multiply-add
 //   probe_scores       nmse    1e-6       fp32 exp and sums in any order
 #include "backend_ops_quant_cases.h"
@@ -127,6 +129,61 @@ op_desc kv_quantize_case::build(const std::vector<tensor> & v) const {
     p.row_tokens = s_.row_tokens;
     p.n_slots = n_slots_;
     return make_op(p, {v[0], v[1], v[2], v[3]}, {v[4]});
+}
+
+// ---------------------------------------------------------------------------------------------
+
+kv_dequantize_case::kv_dequantize_case(const quant_spec & s) : s_(s) {
+    n_blocks_ = int64_t(s.blocks.size());
+    n_slots_ = n_blocks_ + 3;
+    const auto rows = source_shape(n_blocks_ * s.q.block_tokens(), s.row_tokens, s.q.n_kv_heads, s.q.head_dim);
+    add_tensor("pool", dtype::u8, {n_slots_ * s.q.slot_bytes()}, tensor_role::input);
+    add_tensor("slots", dtype::i32, {n_blocks_}, tensor_role::input);
+    add_tensor("k", s.src_type, rows, tensor_role::inout, compare_kind::exact);
+    add_tensor("v", s.src_type, rows, tensor_role::inout, compare_kind::exact);
+}
+std::string kv_dequantize_case::vars() const {
+    std::ostringstream os;
+    os << layout_vars(s_.q) << ",dst=" << dtype_name(s_.src_type) << ",row_tokens=" << s_.row_tokens
+       << ",blocks=" << join(s_.blocks);
+    return os.str();
+}
+void kv_dequantize_case::init(test_rng & rng) {
+    const qblock_layout & q = s_.q;
+    const int64_t hd = q.head_dim;
+    host_tensor & pool = tensors_[0];
+    for (auto & byte : pool.data) byte = uint8_t(rng.next());  // unlisted slots: garbage nobody may read
+    std::vector<int32_t> slots(static_cast<size_t>(n_slots_));
+    std::iota(slots.begin(), slots.end(), 0);
+    shuffle(slots, rng);
+    slots.resize(size_t(n_blocks_));
+    for (int64_t i = 0; i < n_blocks_; ++i) {
+        const int64_t n = s_.blocks[size_t(i)];
+        const auto [hi, lo] = split_counts(q, n);
+        std::vector<float> kd(size_t(std::max<int64_t>(n, 1) * q.n_kv_heads * hd)), vd(kd.size());
+        for (size_t e = 0; e < kd.size(); ++e) {
+            kd[e] = kv_value(rng, int64_t(e) % hd, true, int64_t(e) / (hd * q.n_kv_heads));
+            vd[e] = kv_value(rng, int64_t(e) % hd, false, int64_t(e) / (hd * q.n_kv_heads));
+        }
+        auto at = [&](const std::vector<float> & d) {
+            return [&d, &q, hd](int64_t t, int64_t h, int64_t c) { return d[size_t((t * q.n_kv_heads + h) * hd + c)]; };
+        };
+        // Heads read the tokens in different orders, as the engine's rankings do.
+        qblock::encode_slot(q, pool.data.data() + slots[size_t(i)] * q.slot_bytes(), hi, lo,
+                            [n](int64_t h, int64_t j) { return (j + h * 7) % n; }, at(kd), at(vd));
+    }
+    put_i32(tensors_[1], slots);
+    // The outputs start as garbage: every element must be written (zeros past a block's tokens).
+    for (int i = 2; i < 4; ++i)
+        for (int64_t e = 0; e < tensors_[size_t(i)].numel(); ++e) set_float(tensors_[size_t(i)], e, 1e4f);
+}
+op_desc kv_dequantize_case::build(const std::vector<tensor> & v) const {
+    kv_dequantize_params p;
+    p.q = s_.q;
+    p.n_blocks = n_blocks_;
+    p.row_tokens = s_.row_tokens;
+    p.n_slots = n_slots_;
+    return make_op(p, {v[0], v[1]}, {v[2], v[3]});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -403,6 +460,21 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             q8.hi_bits = 8;
             add(std::make_unique<kv_quantize_case>(spec(q8, 16, {32, 3, 30}, {}, 16, f16, 64)));
             add(std::make_unique<kv_quantize_case>(spec(kivi_layout(1, 64, 2, 64), 4, {64}, {}, 16, f32)));
+        }
+        // kv_dequantize: ZipCache (CST, 4/2 bits) and KIVI (v_group 32 < head_dim, 2/4 bits) layouts,
+        // an 8-bit hi segment, CST off with v_group < head_dim; full, partial, single-token and empty
+        // blocks; f32 and f16 rows, token-major and head-major (row_tokens = block) addressing.
+        add(std::make_unique<kv_dequantize_case>(spec(zipcache_layout(2, 64), 8, {100, 37, 1, 0}, {}, 16, f32)));
+        add(std::make_unique<kv_dequantize_case>(spec(zipcache_layout(2, 64), 8, {100, 60, 41}, {}, 16, f32, 100)));
+        add(std::make_unique<kv_dequantize_case>(spec(kivi_layout(2, 64, 4), 8, {32, 17}, {}, 16, f16, 32)));
+        add(std::make_unique<kv_dequantize_case>(spec(kivi_layout(8, 128, 2), 32, {32, 32, 5}, {}, 16, f32)));
+        {
+            qblock_layout q8 = zipcache_layout(4, 128, 20, 12);
+            q8.hi_bits = 8;
+            add(std::make_unique<kv_dequantize_case>(spec(q8, 16, {32, 3, 30, 21}, {}, 16, f16, 64)));
+            qblock_layout nocs = zipcache_layout(2, 64, 10, 22);
+            nocs.channel_scale = false, nocs.v_group = 16, nocs.lo_bits = 8;
+            add(std::make_unique<kv_dequantize_case>(spec(nocs, 8, {32, 9, 31}, {}, 16, f32, 32)));
         }
         // attn_decode_quant: GQA 4:1 and 8:1, windows empty to full, requests without blocks.
         add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 64), 8, {3, 1, 0}, {5, 0, 16}, 16)));

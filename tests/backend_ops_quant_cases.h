@@ -1,4 +1,4 @@
-// Test cases of the quantized-KV ops (kv_quantize, attn_decode_quant, probe_scores; contracts in
+// Test cases of the quantized-KV ops (kv_quantize, kv_dequantize, attn_decode_quant, probe_scores; contracts in
 // lib/core/op.h and lib/core/qblock.h). Internal to tests/ and bench/, like backend_ops_cases_impl.h.
 #pragma once
 
@@ -32,6 +32,25 @@ class kv_quantize_case : public test_case {
   private:
     quant_spec s_;
     int64_t n_blocks_ = 0, n_src_ = 0, n_slots_ = 0;
+};
+
+// kv_dequantize of blocks holding s.blocks[i] tokens each (split into hi/lo like kv_quantize_case),
+// listed in shuffled slots of a pool whose other bytes are random; rows of dtype s.src_type
+// addressed by s.row_tokens. Compared bit for bit.
+class kv_dequantize_case : public test_case {
+  public:
+    explicit kv_dequantize_case(const quant_spec & s);
+    op_type op() const override { return op_type::kv_dequantize; }
+    std::string vars() const override;
+    double max_nmse() const override { return 0.0; }  // rows compared bit for bit
+    op_desc build(const std::vector<tensor> & v) const override;
+
+  protected:
+    void init(test_rng & rng) override;
+
+  private:
+    quant_spec s_;
+    int64_t n_blocks_ = 0, n_slots_ = 0;
 };
 
 class attn_decode_quant_case : public test_case {

@@ -31,6 +31,7 @@ const char * op_name(op_type t) {
         case op_type::attn_decode_ragged: return "attn_decode_ragged";
         case op_type::attn_prefill_ragged: return "attn_prefill_ragged";
         case op_type::attn_decode_palu: return "attn_decode_palu";
+        case op_type::kv_dequantize: return "kv_dequantize";
         case op_type::count: break;
     }
     return "?";
@@ -95,6 +96,10 @@ struct param_printer {
         qb(p.q);
         os << ",blocks=" << p.n_blocks << ",src_tokens=" << p.n_src_tokens << ",row_tokens=" << p.row_tokens
            << ",slots=" << p.n_slots;
+    }
+    void operator()(const kv_dequantize_params & p) {
+        qb(p.q);
+        os << ",blocks=" << p.n_blocks << ",row_tokens=" << p.row_tokens << ",slots=" << p.n_slots;
     }
     void operator()(const attn_decode_quant_params & p) {
         qb(p.q);
@@ -244,6 +249,7 @@ KVCOMP_INSTANTIATE_MAKE_OP(kv_append_ragged_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_ragged_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_ragged_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_palu_params)
+KVCOMP_INSTANTIATE_MAKE_OP(kv_dequantize_params)
 #undef KVCOMP_INSTANTIATE_MAKE_OP
 
 std::string describe(const op_desc & op) {
@@ -440,6 +446,23 @@ void check_op(const op_desc & op) {
             c.operand(s[2], "plan", {i32}, p.n_blocks * 3);
             c.operand(s[3], "rows", {i32}, p.n_blocks * p.q.n_kv_heads * p.q.block_tokens());
             c.operand(d[0], "pool", {dtype::u8}, p.n_slots * p.q.slot_bytes());
+            break;
+        }
+        case op_type::kv_dequantize: {
+            const auto & p = op.get<kv_dequantize_params>();
+            check_qblock(c, p.q);
+            c.non_negative(p.n_blocks, "n_blocks");
+            c.non_negative(p.row_tokens, "row_tokens");
+            c.positive(p.n_slots, "n_slots");
+            const int64_t tokens = p.n_blocks * p.q.block_tokens();
+            KVCOMP_CHECK_ARG(p.row_tokens == 0 || tokens % p.row_tokens == 0, c.what(), ": row_tokens (",
+                             p.row_tokens, ") must divide the ", tokens, " output tokens (every row is written)");
+            c.operand(s[0], "pool", {dtype::u8}, p.n_slots * p.q.slot_bytes());
+            // An empty slot list is passed as a 1-element placeholder (as block_indices below).
+            c.operand(s[1], "slots", {i32}, std::max<int64_t>(p.n_blocks, 1));
+            const int64_t out = tokens * p.q.n_kv_heads * p.q.head_dim;
+            c.operand(d[0], "k", {f32, f16}, std::max<int64_t>(out, 1));
+            c.operand(d[1], "v", {d[0].type}, std::max<int64_t>(out, 1));
             break;
         }
         case op_type::attn_decode_quant: {

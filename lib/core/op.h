@@ -46,6 +46,7 @@ enum class op_type : int32_t {
     attn_decode_ragged,  // decode attention over ragged pages, scheduled by a host task list
     attn_prefill_ragged, // causal prefill attention with per-head Q/K and V widths
     attn_decode_palu,    // decode attention over latent pre-RoPE K (reconstructed + RoPE per step)
+    kv_dequantize,       // quantized KV blocks back to K/V rows (ZipCache's re-quantize-everything mode)
     count
 };
 
@@ -186,6 +187,22 @@ struct kv_quantize_params {
     int64_t n_blocks = 0, n_src_tokens = 0, row_tokens = 0, n_slots = 0;
 };
 
+// Dequantizes whole blocks of a quantized block pool back to K/V rows (format and formulas in
+// core/qblock.h: k^ = code * kstep + kmin, v^ = (code * vstep + vmin) * vscale, fp32, no FMA).
+// Block i is slot src1[i]; its tokens become token numbers i * block_tokens + j, j < n_hi + n_lo
+// (from the slot's header; the hi segment's tokens first, then the lo segment's, each in stored
+// order), for every KV head. Tokens n_hi + n_lo .. block_tokens - 1 of a block are written as
+// zeros, so the whole destination is written. Token numbers are addressed by row_tokens as the
+// sources of kv_quantize (above), so the result feeds kv_quantize and probe_scores directly;
+// row_tokens == block_tokens gives head-major rows [n_blocks, n_kv_heads, block_tokens, head_dim].
+// src0 pool u8 [n_slots * slot_bytes]; src1 slots i32 [n_blocks];
+// dst0 k, dst1 v: f32|f16 (same dtype), n_blocks * block_tokens tokens (row_tokens 0 or a divisor
+// of that count). f16 stores round to nearest even and saturate at +-65504 (qblock.h's f16()).
+struct kv_dequantize_params {
+    qblock_layout q;
+    int64_t n_blocks = 0, row_tokens = 0, n_slots = 0;
+};
+
 // Decode attention over quantized blocks and an fp16 window: request b attends to the tokens of
 // its blocks (slots block_indices[block_indptr[b] .. block_indptr[b+1]), each with the n_hi + n_lo
 // tokens its header names, dequantized as in core/qblock.h) and to its window tokens: win[b] =
@@ -321,7 +338,7 @@ using op_params = std::variant<copy_params, add_params, gemm_params, rms_norm_pa
                                kv_append_params, attn_decode_params, attn_prefill_params, kv_quantize_params,
                                attn_decode_quant_params, probe_scores_params, head_project_params,
                                kv_append_ragged_params, attn_decode_ragged_params, attn_prefill_ragged_params,
-                               attn_decode_palu_params>;
+                               attn_decode_palu_params, kv_dequantize_params>;
 
 constexpr int max_op_src = 10;
 constexpr int max_op_dst = 2;

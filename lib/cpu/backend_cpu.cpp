@@ -50,6 +50,7 @@ protected:
             case op_type::attn_decode: return run_attn_decode(op);
             case op_type::attn_prefill: return run_attn_prefill(op);
             case op_type::kv_quantize: return run_kv_quantize(op);
+            case op_type::kv_dequantize: return run_kv_dequantize(op);
             case op_type::attn_decode_quant: return run_attn_decode_quant(op);
             case op_type::probe_scores: return run_probe_scores(op);
             case op_type::head_project: return run_head_project(op);

@@ -64,6 +64,7 @@ void run_kv_append(const op_desc & op);
 void run_attn_decode(const op_desc & op);
 void run_attn_prefill(const op_desc & op);
 void run_kv_quantize(const op_desc & op);
+void run_kv_dequantize(const op_desc & op);
 void run_attn_decode_quant(const op_desc & op);
 void run_probe_scores(const op_desc & op);
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "engine/kv_method_requant.h"
 #include "engine/prompt_attention.h"
 #include "host/paged/page_pool.h"
 #include "host/util/parallel_for.h"
@@ -129,7 +130,11 @@ class quant_method : public kv_method {
             request_state & r = reqs_.at(seq);
             if (r.win_len >= c_.window) full.push_back(&r);
         }
-        if (!full.empty()) flush_windows(be, full);
+        if (full.empty()) return;
+        if (c_.recompress_all)
+            requant_windows(be, full);
+        else
+            flush_windows(be, full);
     }
 
   private:
@@ -520,6 +525,16 @@ class quant_method : public kv_method {
         }
     }
 
+    // recompress=all: every token of the requests re-quantized (kv_method_requant.h), windows emptied.
+    void requant_windows(backend & be, const std::vector<request_state *> & full) {
+        requant_state st{q_, shape_, c_.window, c_.ratio, c_.saliency, probe_cap_, n_slots_, pool_, wk_, wv_,
+                         probe_q_, probe_lse_, [this](int64_t n) { return take_slots(n); }};
+        std::vector<requant_request> reqs;
+        for (request_state * r : full) reqs.push_back({&r->slots, r->row, r->win_start, &r->probe_pos});
+        requant_.flush(be, st, reqs);
+        for (request_state * r : full) r->win_len = 0, r->probe_pos.clear();
+    }
+
     quant_method_config c_;
     kv_shape shape_;
     qblock_layout q_;
@@ -531,6 +546,7 @@ class quant_method : public kv_method {
     std::unique_ptr<host::page_pool> slots_, rows_;
     std::map<int64_t, request_state> reqs_;
     std::vector<prompt_plan> plans_;
+    requantizer requant_;
     uint64_t bytes_ = 0;
 };
 

@@ -20,9 +20,10 @@
 //    (zipcache: ranked by the probe queries of the window's own decode steps: its last
 //    `decode_probe_recent` steps plus each step with probability `decode_probe_p`, normalized by
 //    the full-row denominators the attention returned) and emptied. Old blocks are never
-//    re-quantized (append-only; no drift). All windows that fill in a step flush together: one
-//    ragged probe_scores call per layer over the window pool, one download for all layers, one
-//    kv_quantize per layer.
+//    re-quantized (append-only; no drift), unless recompress_all (kv_method_requant.h: the
+//    request's blocks and window are re-ranked and re-quantized together). All windows that fill
+//    in a step flush together: one ragged probe_scores call per layer over the window pool, one
+//    download for all layers, one kv_quantize per layer.
 //
 // Accounting: bytes_held(seq) = its slots x slot_bytes + its window row, K and V, every layer;
 // bytes_for_tokens(t) = what a request holds right after a prefill of t tokens (no decode window
@@ -55,6 +56,7 @@ struct quant_method_config {
     double decode_probe_p = 0.05;
     host::quant::nnz_mode nnz = host::quant::nnz_mode::probe;
     uint64_t seed = 0;
+    bool recompress_all = false;      // zipcache recompress=all: flushes re-quantize every token (kv_method_requant.h)
 };
 
 std::unique_ptr<kv_method> make_quant_method(const quant_method_config & cfg);

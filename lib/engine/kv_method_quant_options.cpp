@@ -8,7 +8,10 @@
 //     (CST), salient tokens (normalized probe attention) at hi_bits, the rest at lo_bits:
 //     ratio 0.4 (salient fraction), hi_bits 4, lo_bits 2, block 100 (the streaming gap: also the
 //     decode window), probe_recent 0.05, probe_random 0.05, nnz probe|causal (digest §9 A6),
-//     decode_probe_recent 5, decode_probe_p 0.05, seed 0.
+//     decode_probe_recent 5, decode_probe_p 0.05, seed 0, recompress append|all (default append:
+//     a full window becomes new blocks and old blocks are never touched; all: the authors' code's
+//     mode, every flush re-ranks and re-quantizes all of the request's tokens, which re-rounds old
+//     tokens and drifts; see kv_method_requant.h and docs/data/requant_drift.csv).
 #include "engine/kv_method_quant.h"
 #include "engine/method_option_reader.h"
 
@@ -54,6 +57,7 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     c.decode_probe_recent = int32_t(r.integer("decode_probe_recent", 5, 1, 1 << 16));
     c.decode_probe_p = r.real("decode_probe_p", 0.05, 0.0, 1.0);
     c.seed = uint64_t(r.integer("seed", 0, 0, int64_t(1) << 62));
+    c.recompress_all = r.word("recompress", "append", {"append", "all"}) == "all";
     r.finish();
     c.v_group = 0;  // head_dim: one group per token
     c.channel_scale = true;

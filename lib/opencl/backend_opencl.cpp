@@ -421,6 +421,8 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_prefill(*this, op);
         case op_type::kv_quantize:
             return supports_kv_quantize(*this, op);
+        case op_type::kv_dequantize:
+            return supports_kv_dequantize(*this, op);
         case op_type::attn_decode_quant:
             return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
@@ -493,6 +495,9 @@ void cl_backend::run_checked(const op_desc & op) {
             break;
         case op_type::kv_quantize:
             run_kv_quantize(*this, op);
+            break;
+        case op_type::kv_dequantize:
+            run_kv_dequantize(*this, op);
             break;
         case op_type::attn_decode_quant:
             run_attn_decode_quant(*this, op);

@@ -3,7 +3,7 @@
 # on CUDA and NVIDIA OpenCL, the saliency kernel (probe_scores) timed with its tensor-core and SIMT
 # kernels, then TTFT/TBT of none / kivi / zipcache at Llama-3-8B shapes with random weights, all
 # in one run so every ratio has its baseline from the same visit.
-#   OPS (default probe_scores,kv_quantize,attn_decode_quant; tested on CUDA and NVIDIA OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
+#   OPS (default probe_scores,kv_quantize,kv_dequantize,attn_decode_quant; tested on CUDA and NVIDIA OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
 #   'none' skips), METHODS (default none,kivi,zipcache; zipcache also runs with ratio=0, i.e. without
 #   saliency estimation), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
 #   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part, PROFILE=0 the per-op profile
@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
-OPS=${OPS:-probe_scores,kv_quantize,attn_decode_quant}
+OPS=${OPS:-probe_scores,kv_quantize,kv_dequantize,attn_decode_quant}
 {
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   for be in cuda $OCL_GPU; do
