@@ -28,6 +28,7 @@ import plots  # noqa: E402
 from bench_table import bench_vs_none  # noqa: E402
 from probe_table import probe_kernel_table  # noqa: E402
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
+from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -38,8 +39,9 @@ a = ap.parse_args()
 d = a.data
 os.makedirs(a.plots, exist_ok=True)
 all_results = load_results(d)
-# The low-rank methods have their own section (accuracy by compression p, their own GPU visit).
-results = [r for r in all_results if r["source"] not in LOWRANK_SOURCES]
+# The low-rank methods have their own section (accuracy by compression p, their own GPU visit), and
+# so have ZipCache's recompression modes.
+results = [r for r in all_results if r["source"] not in LOWRANK_SOURCES and r["source"] != REQUANT_SOURCE]
 
 
 def rows(name):
@@ -285,12 +287,14 @@ if quant_e2e:
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",
-            "The probe attention of one layer for a 4K prompt (10 % probes) and for 16 such prompts in one ragged call:",
-            "lse pass and column sums. CUDA: tensor-core kernels (f16 q, k split hi/lo in the sums, NMSE vs the",
-            "double-precision CPU reference ~1e-9, see `docs/data/quant_checks.log`); the SIMT kernels they replaced run",
-            "in the same visit with `KVCOMP_PROBE_SCORES=simt`. NVIDIA OpenCL: the register-tiled kernel of",
-            "`cl_kernels/probe_scores.cl`.", ""]
+            "The probe attention of one layer for a 4K prompt (10 % probes), for 16 such prompts in one ragged call",
+            "and for a 32K prompt (when the run has it): lse pass and column sums (in the engine the prefill attention",
+            "returns the probe rows' lse, so the prefill runs the column-sum pass only). CUDA: tensor-core kernels (f16",
+            "q and k, fp32 accumulation; NMSE vs the double-precision CPU reference in `docs/data/quant_checks.log`); the",
+            "SIMT kernels they replaced run in the same visit with `KVCOMP_PROBE_SCORES=simt`. NVIDIA OpenCL: the",
+            "register-tiled kernel of `cl_kernels/probe_scores.cl`.", ""]
     out += probe_rows + [""]
+out += requant_section(d)
 out += lowrank_section(d, all_results)
 
 
