@@ -13,6 +13,7 @@
 // What a kernel cannot do: throw. A slot outside the pool gives zero rows and header counts are
 // clamped to the capacities (the CPU reference refuses both; the engine only lists its own slots).
 #include "common.cuh"
+#include "qblock_geometry.cuh"
 
 namespace kvcomp::cuda {
 
@@ -20,16 +21,11 @@ namespace {
 
 constexpr int kThreads = 128;
 
-struct dequant_args {
+struct dequant_args : qblock_geometry {
     const uint8_t * pool;
     const int32_t * slots;
-    int64_t row_tokens, n_slots, slot_bytes, head_bytes;
-    int n_kv_heads, head_dim, hi_tokens, lo_tokens, hi_bits, lo_bits, v_group, block_tokens;
-    int64_t head_hi, head_lo;                // segment offsets within a head region
-    int64_t seg_kstep, seg_vmin;             // segment-relative offsets that do not depend on the capacity
-    int64_t hi_vstep, hi_kcodes, hi_vcodes;  // capacity-dependent offsets, hi segment
-    int64_t lo_vstep, lo_kcodes, lo_vcodes;  // and lo segment
-    bool channel_scale;
+    int64_t row_tokens, n_slots;
+    int block_tokens;
 };
 
 __device__ __forceinline__ float f16_at(const uint8_t * p, int64_t i) {
@@ -124,27 +120,8 @@ void run_kv_dequantize(context & ctx, const op_desc & op) {
     a.slots = dev_ptr<const int32_t>(op.src[1]);
     a.row_tokens = p.row_tokens;
     a.n_slots = p.n_slots;
-    a.slot_bytes = q.slot_bytes();
-    a.head_bytes = q.head_bytes();
-    a.n_kv_heads = int(q.n_kv_heads);
-    a.head_dim = int(q.head_dim);
-    a.hi_tokens = q.hi_tokens;
-    a.lo_tokens = q.lo_tokens;
-    a.hi_bits = q.hi_bits;
-    a.lo_bits = q.lo_bits;
-    a.v_group = q.v_group;
+    static_cast<qblock_geometry &>(a) = make_qblock_geometry(q);
     a.block_tokens = q.block_tokens();
-    a.head_hi = q.head_hi();
-    a.head_lo = q.head_lo();
-    a.seg_kstep = q.seg_kstep();
-    a.seg_vmin = q.seg_vmin();
-    a.hi_vstep = q.seg_vstep(q.hi_tokens);
-    a.hi_kcodes = q.seg_kcodes(q.hi_tokens);
-    a.hi_vcodes = q.seg_vcodes(q.hi_tokens, q.hi_bits);
-    a.lo_vstep = q.seg_vstep(q.lo_tokens);
-    a.lo_kcodes = q.seg_kcodes(q.lo_tokens);
-    a.lo_vcodes = q.seg_vcodes(q.lo_tokens, q.lo_bits);
-    a.channel_scale = q.channel_scale;
     if (op.dst[0].type == dtype::f16) return launch<__half>(ctx, op, a);
     launch<float>(ctx, op, a);
 }

@@ -29,6 +29,7 @@
 // reference refuses both; the host validates plans). Two entries naming the same slot race.
 // NaN inputs give NaN parameters whose bit pattern may differ from the reference's.
 #include "common.cuh"
+#include "qblock_geometry.cuh"
 
 namespace kvcomp::cuda {
 
@@ -36,17 +37,11 @@ namespace {
 
 constexpr int kThreads = 128;
 
-struct quant_args {
+struct quant_args : qblock_geometry {
     const int32_t * plan;  // [n_blocks, 3]: slot, n_hi, n_lo
     const int32_t * rows;  // [n_blocks, n_kv_heads, block_tokens]
     uint8_t * pool;
-    int64_t n_src_tokens, row_tokens, n_slots, slot_bytes, head_bytes;
-    int n_kv_heads, head_dim, hi_tokens, lo_tokens, hi_bits, lo_bits, v_group;
-    int64_t head_hi, head_lo;                // segment offsets within a head region
-    int64_t seg_kstep, seg_vmin;             // segment-relative offsets that do not depend on the capacity
-    int64_t hi_vstep, hi_kcodes, hi_vcodes;  // capacity-dependent offsets, hi segment
-    int64_t lo_vstep, lo_kcodes, lo_vcodes;  // and lo segment
-    bool channel_scale;
+    int64_t n_src_tokens, row_tokens, n_slots;
 };
 
 // f16 with saturation at +-65504, as qblock::f16_sat (NaN passes through).
@@ -245,26 +240,7 @@ void run_kv_quantize(context & ctx, const op_desc & op) {
     a.n_src_tokens = p.n_src_tokens;
     a.row_tokens = p.row_tokens;
     a.n_slots = p.n_slots;
-    a.slot_bytes = q.slot_bytes();
-    a.head_bytes = q.head_bytes();
-    a.n_kv_heads = int(q.n_kv_heads);
-    a.head_dim = int(q.head_dim);
-    a.hi_tokens = q.hi_tokens;
-    a.lo_tokens = q.lo_tokens;
-    a.hi_bits = q.hi_bits;
-    a.lo_bits = q.lo_bits;
-    a.v_group = q.v_group;
-    a.head_hi = q.head_hi();
-    a.head_lo = q.head_lo();
-    a.seg_kstep = q.seg_kstep();
-    a.seg_vmin = q.seg_vmin();
-    a.hi_vstep = q.seg_vstep(q.hi_tokens);
-    a.hi_kcodes = q.seg_kcodes(q.hi_tokens);
-    a.hi_vcodes = q.seg_vcodes(q.hi_tokens, q.hi_bits);
-    a.lo_vstep = q.seg_vstep(q.lo_tokens);
-    a.lo_kcodes = q.seg_kcodes(q.lo_tokens);
-    a.lo_vcodes = q.seg_vcodes(q.lo_tokens, q.lo_bits);
-    a.channel_scale = q.channel_scale;
+    static_cast<qblock_geometry &>(a) = make_qblock_geometry(q);
 
     const bool k16 = op.src[0].type == dtype::f16, v16 = op.src[1].type == dtype::f16;
     if (k16 && v16) return launch<__half, __half>(ctx, op, a);

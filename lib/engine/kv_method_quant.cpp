@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "engine/index_tables.h"
 #include "engine/kv_method_requant.h"
 #include "engine/prompt_attention.h"
 #include "host/paged/page_pool.h"
@@ -159,23 +160,6 @@ class quant_method : public kv_method {
     tensor block_pool(int64_t layer) const {
         return make_tensor(pool_[size_t(layer)].get(), dtype::u8, {n_slots_ * q_.slot_bytes()});
     }
-    // Uploads i32 arrays into `buf` (grown as needed) and returns views in the same order. Uploads
-    // are ordered after the work already enqueued, so reusing the buffer is safe.
-    std::vector<tensor> upload(backend & be, buffer_ptr & buf, const std::vector<std::vector<int32_t>> & arrays) {
-        std::vector<int32_t> packed;
-        std::vector<std::pair<size_t, size_t>> at;
-        for (const auto & a : arrays) {
-            at.emplace_back(packed.size(), a.size());
-            packed.insert(packed.end(), a.begin(), a.end());
-            packed.resize((packed.size() + 3) / 4 * 4, 0);  // 16-byte aligned views
-        }
-        if (!buf || buf->size() < packed.size() * 4 + 16) buf = be.alloc(packed.size() * 8 + 64);
-        if (!packed.empty()) be.upload(*buf, 0, packed.data(), packed.size() * 4);
-        std::vector<tensor> views;
-        for (auto [off, n] : at)
-            views.push_back(make_tensor(buf.get(), dtype::i32, {std::max<int64_t>(int64_t(n), 1)}, off * 4));
-        return views;
-    }
     std::vector<int32_t> take_slots(int64_t n) {
         std::vector<int32_t> out;
         KVCOMP_CHECK_ARG(n == 0 || slots_->allocate(int32_t(n), out), "method ", c_.name, ": block pool exhausted (",
@@ -287,7 +271,7 @@ class quant_method : public kv_method {
             }
         });
         if (!plan.empty()) {
-            const auto t = upload(be, layer_tables_, {plan, rows});
+            const auto t = upload_index_tables(be, layer_tables_, {plan, rows});
             kv_quantize_params kp;
             kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = s.n_tokens, kp.row_tokens = 0;
             kp.n_slots = n_slots_;
@@ -300,7 +284,7 @@ class quant_method : public kv_method {
             const request_state & r = reqs_.at(p.seq);
             std::vector<int32_t> pos(static_cast<size_t>(n)), zero(size_t(n), 0);
             for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = i;
-            const auto t = upload(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
+            const auto t = upload_index_tables(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
             const size_t off = size_t(p.first_row + p.quantized) * size_t(H * shape_.head_dim) * 4;
             const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, shape_.head_dim}, k.offset + off);
             const tensor vr = make_tensor(v.buf, dtype::f32, {n, H, shape_.head_dim}, v.offset + off);
@@ -327,7 +311,7 @@ class quant_method : public kv_method {
         }
         if (ids.empty()) return {};
         const int64_t np = int64_t(ids.size());
-        const auto t = upload(be, layer_tables_, {ids, probe_pos, key_pos, probe_indptr, s.host_seq_indptr});
+        const auto t = upload_index_tables(be, layer_tables_, {ids, probe_pos, key_pos, probe_indptr, s.host_seq_indptr});
         const int64_t QH = shape_.n_q_heads;
         // Layout: probe q | scores | probe lse (each 16-byte aligned).
         const size_t qbytes = size_t(np * q_row()) * 4, sbytes = (size_t(H * n) * 4 + 15) / 16 * 16,
@@ -384,7 +368,7 @@ class quant_method : public kv_method {
         max_tokens_ = most;
         // Views: 0 block_indptr, 1 block_indices, 2 win, 3 window slot of each new token,
         // 4 batch_idx, 5 one-page indptr, 6 window rows (kv_append's page table over the rows).
-        decode_tables_ = upload(be, step_tables_, {bindptr, bindices, win, wpos, bidx, iota, wrow});
+        decode_tables_ = upload_index_tables(be, step_tables_, {bindptr, bindices, win, wpos, bidx, iota, wrow});
         if (!lse_ || lse_->size() < size_t(s.batch * shape_.n_q_heads) * 4)
             lse_ = be.alloc(size_t(std::max<int64_t>(s.batch, shape_.max_requests) * shape_.n_q_heads) * 4);
     }
@@ -446,7 +430,7 @@ class quant_method : public kv_method {
         }
         n_keys = int64_t(rows) * W;
         const int64_t np = int64_t(rows) * probe_cap_, per_layer = H * n_keys;
-        const auto t = upload(be, layer_tables_, {probe_pos, key_pos, probe_indptr, key_indptr});
+        const auto t = upload_index_tables(be, layer_tables_, {probe_pos, key_pos, probe_indptr, key_indptr});
         const size_t sbytes = size_t(shape_.n_layers * per_layer) * 4;
         if (!scores_buf_ || scores_buf_->size() < sbytes) scores_buf_ = be.alloc(sbytes * 2);
         probe_scores_params ps;
@@ -511,7 +495,7 @@ class quant_method : public kv_method {
                     }
                 }
             }
-            const auto t = upload(be, layer_tables_, {plan, rows});
+            const auto t = upload_index_tables(be, layer_tables_, {plan, rows});
             kv_quantize_params kp;
             kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = shape_.max_requests * W;
             kp.row_tokens = W, kp.n_slots = n_slots_;

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 
+#include "engine/index_tables.h"
 #include "host/quant/saliency.h"
 
 namespace kvcomp::engine {
@@ -12,24 +13,6 @@ namespace kvcomp::engine {
 namespace {
 
 namespace hq = host::quant;
-
-// Packs i32 arrays into `buf` (grown as needed; 16-byte aligned views) and returns the views. The
-// upload is ordered after the work already enqueued, so reusing the buffer between calls is safe.
-std::vector<tensor> upload(backend & be, buffer_ptr & buf, const std::vector<std::vector<int32_t>> & arrays) {
-    std::vector<int32_t> packed;
-    std::vector<std::pair<size_t, size_t>> at;
-    for (const auto & a : arrays) {
-        at.emplace_back(packed.size(), a.size());
-        packed.insert(packed.end(), a.begin(), a.end());
-        packed.resize((packed.size() + 3) / 4 * 4, 0);
-    }
-    if (!buf || buf->size() < packed.size() * 4 + 16) buf = be.alloc(packed.size() * 8 + 64);
-    if (!packed.empty()) be.upload(*buf, 0, packed.data(), packed.size() * 4);
-    std::vector<tensor> views;
-    for (auto [off, n] : at)
-        views.push_back(make_tensor(buf.get(), dtype::i32, {std::max<int64_t>(int64_t(n), 1)}, off * 4));
-    return views;
-}
 
 // One flushing request's part of the workspace and its plan.
 struct job {
@@ -110,7 +93,7 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
     if (!ws_k_ || ws_k_->size() < ws_bytes) ws_k_ = be.alloc(ws_bytes), ws_v_ = be.alloc(ws_bytes);
     if (total_scores > 0 && (!scores_ || scores_->size() < size_t(total_scores) * 4))
         scores_ = be.alloc(size_t(total_scores) * 4);
-    const std::vector<tensor> t = upload(be, tables_, tables);
+    const std::vector<tensor> t = upload_index_tables(be, tables_, tables);
     const tensor ws_k = make_tensor(ws_k_.get(), dtype::f32, {total_rows, H, G, hd});
     const tensor ws_v = make_tensor(ws_v_.get(), dtype::f32, {total_rows, H, G, hd});
     const int64_t q_row = nq * hd;
@@ -195,7 +178,7 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
             }
             rows.insert(rows.end(), block_rows.begin(), block_rows.end());
         }
-        const auto pt = upload(be, plan_, {plan, rows});
+        const auto pt = upload_index_tables(be, plan_, {plan, rows});
         kv_quantize_params kp;
         kp.q = q, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = total_rows * G, kp.row_tokens = G;
         kp.n_slots = st.n_slots;
