@@ -69,7 +69,7 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
     }
     L.heads = hl::ragged_heads_table(L.k, L.v, max_ragged_width);
     L.heads_full = hl::ragged_heads_table(std::vector<int64_t>(L.k.size(), d), L.v, max_ragged_width);
-    L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total) * (equalize ? 2 : 1)), 0.0f);
+    L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total + (equalize ? L.k_total + L.v_total : 0))), 0.0f);
     if (palu) L.aux.assign(size_t(d * L.k_total), 0.0f);
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
