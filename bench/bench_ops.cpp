@@ -62,7 +62,9 @@ void usage() {
         "  --prefill LIST    causal prefill shapes BATCHxLENGTH, comma list, K = 1024\n"
         "                    (default 1x4K,16x4K,1x32K; 'none' to skip)\n"
         "  --worker-scales L low-rank decode: also schedule for compute_units x each (default 1;\n"
-        "                    rows of scale s > 1 are named decode_lowrank_*_xS_*)\n"
+        "                    rows of scale s > 1 are named decode_lowrank_*_xS_*); each profile also\n"
+        "                    runs decode_lowrank_q4_balanced_* (kv_bits=4 pages, core/ragged_q4.h;\n"
+        "                    bytes = the q4 rows read)\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
@@ -333,7 +335,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     // fp16 kernels do to keep enough loads in flight.
     for (const auto & prof : profiles)
         for (int64_t scale : o.worker_scales)
-            for (int kind = 0; kind < 3; ++kind)  // plain, balanced, palu
+            for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
                 for (int64_t batch : o.batches)
                     for (int64_t ctx : o.contexts) {
                         ragged_spec rs;
@@ -343,11 +345,14 @@ bool bench_device(const device_entry & dev, const options & o) {
                         rs.workers = std::max<int64_t>(1, dev.info.compute_units) * scale;
                         rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
                                               : host::lowrank::decode_policy::balanced;
+                        if (kind == 3) rs.bits = 4;
                         case_ptr c = make_ragged_decode_case(rs, kind == 2);
                         row w;
                         ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                        w.op = std::string(kind == 2 ? "decode_palu_" : kind == 0 ? "decode_lowrank_plain_"
-                                                                                  : "decode_lowrank_balanced_") +
+                        static const char * const names[] = {"decode_lowrank_plain_",
+                                                             "decode_lowrank_balanced_", "decode_palu_",
+                                                             "decode_lowrank_q4_balanced_"};
+                        w.op = std::string(names[kind]) +
                                (scale > 1 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
                         w.batch = batch;
                         w.context = ctx;

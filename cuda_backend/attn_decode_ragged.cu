@@ -30,6 +30,8 @@
 // (decode_common.cuh), then the block writes out directly (its (b, c) has one task) or partials.
 // Widths that are not multiples of 8 read shared memory element-wise instead of 16 bytes at once.
 //
+// q4 pages (kv.bits == 4) go to attn_decode_ragged_q4.cu.
+//
 // Invalid inputs a kernel cannot refuse: request and KV head outside the tables make the block
 // exit; token ranges are clamped to the request; page numbers are clamped to the pool.
 #include <climits>
@@ -399,6 +401,7 @@ void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
 support supports_attn_decode_ragged(const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const ragged_layout & l = p.kv;
+    if (l.bits == 4) return supports_attn_decode_ragged_q4(op);
     const int64_t group = p.n_q_heads / l.n_kv_heads;
     if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
         p.batch * l.n_kv_heads >= INT_MAX)
@@ -415,6 +418,7 @@ support supports_attn_decode_ragged(const op_desc & op) {
 void run_attn_decode_ragged(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const ragged_layout & l = p.kv;
+    if (l.bits == 4) return run_attn_decode_ragged_q4(ctx, op);
     const int group = int(p.n_q_heads / l.n_kv_heads);
     const int qp = qp_for(group);
 

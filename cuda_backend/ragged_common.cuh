@@ -60,6 +60,11 @@ struct ragged_merge_args {
 // Enqueues the merge kernel (defined in attn_decode_ragged.cu): one block per (request, KV head).
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a);
 
+// attn_decode_ragged on q4 pages (kv.bits == 4; attn_decode_ragged_q4.cu), dispatched from
+// attn_decode_ragged.cu.
+support supports_attn_decode_ragged_q4(const op_desc & op);
+void run_attn_decode_ragged_q4(context & ctx, const op_desc & op);
+
 // Bytes of the partials of n_tasks tasks (part_o then part_lse, each 256-byte aligned).
 inline size_t ragged_partials_bytes(int64_t n_tasks, int64_t group, int64_t max_width, size_t * lse_offset) {
     const size_t o = (size_t(n_tasks * group * max_width) * sizeof(float) + 255) & ~size_t(255);

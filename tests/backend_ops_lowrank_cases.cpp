@@ -2,13 +2,20 @@
 //
 //   op                   metric  threshold  why
 //   head_project         nmse    1e-10      fp32 accumulation over <= 256 terms (~1e-13)
-//   kv_append_ragged     exact   -          fp32 -> fp16 round to nearest even, by contract
+//   kv_append_ragged     exact   -          fp32 -> fp16 round to nearest even, by contract; q4
+//                                           pages: the codes and f16 min/step of core/ragged_q4.h
+//                                           (IEEE division, rint), byte for byte
+//   attn_decode_ragged   nmse    1e-6       q4 pages too: the dequantized rows are exact fp32
+//                                           (code * step + min of f16 values), so only the
+//                                           summation order differs from the f16 case
 //   attn_decode_ragged   nmse    1e-6       as attn_decode: fp32 online softmax, split merging
 //   attn_prefill_ragged  nmse    1e-6       as attn_prefill
 //   attn_decode_palu     nmse    1e-6       as attn_decode plus an fp32 reconstruction (<= 256
 //                                           terms) and fp32 RoPE angles at positions < 4K (the
 //                                           rope op's 1e-6 budget covers the same phase error)
 #include "backend_ops_lowrank_cases.h"
+
+#include "core/ragged_q4.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,10 +49,56 @@ int64_t widest(const ragged_spec & s) {
                     *std::max_element(s.v_widths.begin(), s.v_widths.end()));
 }
 
+// The op's layout for a spec (q4 row totals when bits == 4).
+ragged_layout spec_layout(const ragged_spec & s, int64_t n_pages) {
+    ragged_layout l{n_pages,  int64_t(s.k_widths.size()), s.page_size, sum(s.k_widths), sum(s.v_widths),
+                    widest(s)};
+    if (s.bits == 4)
+        l.bits = 4, l.k_row_bytes = ragged_q4_row_total(s.k_widths),
+        l.v_row_bytes = ragged_q4_row_total(s.v_widths);
+    return l;
+}
+// Per-token width of a pool: f16 elements or q4 bytes.
+int64_t pool_row(const ragged_spec & s, bool v) {
+    const std::vector<int64_t> & w = v ? s.v_widths : s.k_widths;
+    return s.bits == 4 ? ragged_q4_row_total(w) : sum(w);
+}
+
+// q4 pools (core/ragged_q4.h) filled as fill_ragged_pools: the requests' rows are quantized normal
+// values, every other row quantizes K = 0 and V = 3e4 (min 3e4, step 0).
+void fill_ragged_q4_pools(host_tensor & k, host_tensor & v, const ragged_spec & s,
+                          const page_table_arrays & pt, int64_t n_pages, test_rng & rng) {
+    std::vector<uint8_t> used(static_cast<size_t>(n_pages * s.page_size), 0);
+    for (size_t b = 0; b < s.lens.size(); ++b)
+        for (int64_t j = 0; j < s.lens[b]; ++j)
+            used[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
+                1;
+    const int64_t kt = pool_row(s, false), vt = pool_row(s, true);
+    std::vector<float> x(size_t(widest(s)));
+    int64_t ko = 0, vo = 0;
+    for (size_t c = 0; c < s.k_widths.size(); ++c) {
+        const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
+        const int64_t kr = ragged_q4_row_bytes(kw), vr = ragged_q4_row_bytes(vw);
+        for (int64_t page = 0; page < n_pages; ++page)
+            for (int64_t slot = 0; slot < s.page_size; ++slot) {
+                const bool u = used[size_t(page * s.page_size + slot)];
+                for (int64_t d = 0; d < kw; ++d) x[size_t(d)] = u ? rng.normal() : 0.0f;
+                ragged_q4_quantize_row(
+                    x.data(), kw, k.as<uint8_t>() + page * s.page_size * kt + s.page_size * ko + slot * kr);
+                for (int64_t d = 0; d < vw; ++d) x[size_t(d)] = u ? rng.normal() : 3e4f;
+                ragged_q4_quantize_row(
+                    x.data(), vw, v.as<uint8_t>() + page * s.page_size * vt + s.page_size * vo + slot * vr);
+            }
+        ko += kr;
+        vo += vr;
+    }
+}
+
 std::string ragged_vars(const ragged_spec & s) {
     std::ostringstream os;
     os << "k=" << join(s.k_widths) << ",v=" << join(s.v_widths) << ",g=" << s.group << ",page=" << s.page_size
        << ",lens=" << join(s.lens);
+    if (s.bits != 16) os << ",bits=" << s.bits;
     return os.str();
 }
 
@@ -157,6 +210,16 @@ class kv_append_ragged_case : public test_case {
         add_tensor("indptr", dtype::i32, {int64_t(prev_.size()) + 1}, tensor_role::input);
         add_tensor("indices", dtype::i32, {nnz_}, tensor_role::input);
         add_tensor("heads", dtype::i32, {int64_t(s.k_widths.size()), 4}, tensor_role::input);
+        if (s.bits == 4) {
+            // q4 bytes may take any value, so no poison check: the pools start as random bytes and
+            // must come back identical to the reference's, byte for byte (rows not appended to
+            // included).
+            add_tensor("k_pages", dtype::u8, {n_pages_, s.page_size * pool_row(s, false)}, tensor_role::inout,
+                       compare_kind::exact);
+            add_tensor("v_pages", dtype::u8, {n_pages_, s.page_size * pool_row(s, true)}, tensor_role::inout,
+                       compare_kind::exact);
+            return;
+        }
         add_tensor("k_pages", dtype::f16, {n_pages_, s.page_size * kt}, tensor_role::output,
                    compare_kind::exact)
             .expect_written = sum(total_) * kt;
@@ -169,13 +232,13 @@ class kv_append_ragged_case : public test_case {
         std::ostringstream os;
         os << "k=" << join(s_.k_widths) << ",v=" << join(s_.v_widths) << ",page=" << s_.page_size
            << ",prev=" << join(prev_) << ",new=" << join(add_) << ",shuffled=" << shuffle_;
+        if (s_.bits != 16) os << ",bits=" << s_.bits;
         return os.str();
     }
     double max_nmse() const override { return 0.0; }
     op_desc build(const std::vector<tensor> & v) const override {
         kv_append_ragged_params p;
-        p.kv = {n_pages_,  int64_t(s_.k_widths.size()), s_.page_size, sum(s_.k_widths), sum(s_.v_widths),
-                widest(s_)};
+        p.kv = spec_layout(s_, n_pages_);
         p.n_tokens = n_tokens_, p.batch = int64_t(prev_.size()), p.nnz_pages = nnz_;
         return make_op(p, {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}, {v[7], v[8]});
     }
@@ -200,6 +263,11 @@ class kv_append_ragged_case : public test_case {
         fill_i32(tensors_[4], pt.indptr);
         fill_i32(tensors_[5], pt.indices);
         fill_i32(tensors_[6], lr::ragged_heads_table(s_.k_widths, s_.v_widths));
+        if (s_.bits == 4) {
+            for (int i = 7; i < 9; ++i)
+                for (uint8_t & byte : tensors_[size_t(i)].data) byte = uint8_t(rng.below(256));
+            return;
+        }
         // Tokens already cached hold data; every other slot keeps the poison pattern.
         int64_t off[2] = {0, 0};
         for (size_t c = 0; c < s_.k_widths.size(); ++c) {
@@ -242,8 +310,9 @@ class ragged_decode_case : public test_case {
         sched_ = lr::build_decode_schedule(s.lens, s.k_widths, s.v_widths, o);
         const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths), g = s.group;
         add_tensor("q", dtype::f32, {batch_, palu ? n_kv_ * g * s.head_dim : g * kt}, tensor_role::input);
-        add_tensor("k_pages", dtype::f16, {n_pages_, s.page_size * kt}, tensor_role::input);
-        add_tensor("v_pages", dtype::f16, {n_pages_, s.page_size * vt}, tensor_role::input);
+        const dtype pt = s.bits == 4 ? dtype::u8 : dtype::f16;
+        add_tensor("k_pages", pt, {n_pages_, s.page_size * pool_row(s, false)}, tensor_role::input);
+        add_tensor("v_pages", pt, {n_pages_, s.page_size * pool_row(s, true)}, tensor_role::input);
         add_tensor("indptr", dtype::i32, {batch_ + 1}, tensor_role::input);
         add_tensor("indices", dtype::i32, {nnz_}, tensor_role::input);
         add_tensor("last_page_len", dtype::i32, {batch_}, tensor_role::input);
@@ -265,13 +334,15 @@ class ragged_decode_case : public test_case {
     }
     double max_nmse() const override { return 1e-6; }
     uint64_t bytes() const override {
-        // The requests' K'/V' once, q and out.
+        // The requests' K'/V' once (f16 elements or q4 rows), q and out.
         uint64_t b = 0;
-        for (int64_t l : s_.lens) b += uint64_t(l * (sum(s_.k_widths) + sum(s_.v_widths))) * 2;
+        const int64_t row = s_.bits == 4 ? pool_row(s_, false) + pool_row(s_, true)
+                                         : (sum(s_.k_widths) + sum(s_.v_widths)) * 2;
+        for (int64_t l : s_.lens) b += uint64_t(l * row);
         return b + uint64_t(tensors_.front().numel() + tensors_.back().numel()) * 4;
     }
     op_desc build(const std::vector<tensor> & v) const override {
-        const ragged_layout kv{n_pages_, n_kv_, s_.page_size, sum(s_.k_widths), sum(s_.v_widths), widest(s_)};
+        const ragged_layout kv = spec_layout(s_, n_pages_);
         const int64_t max_len = *std::max_element(s_.lens.begin(), s_.lens.end());
         if (palu_) {
             attn_decode_palu_params p;
@@ -296,7 +367,10 @@ class ragged_decode_case : public test_case {
         const page_table_arrays pt = build_page_table(s_.lens, s_.page_size, n_pages_, rng);
         std::vector<int32_t> indices = pt.indices;
         indices.resize(size_t(nnz_), 0);  // all-empty batch: one dummy entry, never read
-        fill_ragged_pools(tensors_[1], tensors_[2], s_, pt, n_pages_, rng);
+        if (s_.bits == 4)
+            fill_ragged_q4_pools(tensors_[1], tensors_[2], s_, pt, n_pages_, rng);
+        else
+            fill_ragged_pools(tensors_[1], tensors_[2], s_, pt, n_pages_, rng);
         fill_i32(tensors_[3], pt.indptr);
         fill_i32(tensors_[4], indices);
         fill_i32(tensors_[5], pt.last_page_len);
@@ -414,6 +488,16 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
                                                     std::vector<int64_t>{15, 1, 40}, false));
         add(std::make_unique<ragged_decode_case>(rs(kw, vw, 4, {1500, 1, 0, 700}), false));
         add(std::make_unique<attn_prefill_ragged_case>(rs(kw, vw, 4, {15, 1, 33})));
+        // kv_bits=4 pages (core/ragged_q4.h): odd widths, so rows end mid-word and mid-byte.
+        {
+            ragged_spec s = rs(kw_odd, vw_odd, 4, {});
+            s.bits = 4;
+            add(std::make_unique<kv_append_ragged_case>(s, std::vector<int64_t>{0, 16, 5},
+                                                        std::vector<int64_t>{15, 1, 40}, true));
+            ragged_spec d = rs(kw_odd, vw_odd, 4, {1500, 1, 0, 700});
+            d.bits = 4;
+            add(std::make_unique<ragged_decode_case>(d, false));
+        }
         {
             ragged_spec s = rs({24, 7}, {16, 40}, 4, {1000, 1, 0});
             s.head_dim = 64, s.rot_dim = 32;
@@ -460,6 +544,32 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             s.page_size = 1;
             add(std::make_unique<ragged_decode_case>(s, false));
         }
+        // q4 pages: ZACK-style widths (multiples of 16), page size 1, GQA 1 and 8, a 256-wide head,
+        // both policies on few workers (split rows, merged), empty and 1-token requests.
+        for (P policy : {P::plain, P::balanced}) {
+            ragged_spec a = rs(kw, vw, 4, {3000, 1, 0, 1000}, policy, 4);
+            a.bits = 4;
+            add(std::make_unique<ragged_decode_case>(a, false));
+            ragged_spec b = rs(kw_odd, vw_odd, 1, {2049, 17, 1}, policy, 132);
+            b.bits = 4;
+            add(std::make_unique<ragged_decode_case>(b, false));
+        }
+        {
+            ragged_spec a = rs({256, 1}, {1, 256}, 8, {300, 257});
+            a.bits = 4;
+            add(std::make_unique<ragged_decode_case>(a, false));
+            ragged_spec b = rs(kw_odd, vw_odd, 4, {15, 1, 17});
+            b.bits = 4, b.page_size = 1;
+            add(std::make_unique<ragged_decode_case>(b, false));
+            ragged_spec c = rs(kw, vw, 4, {});
+            c.bits = 4, c.page_size = 1;
+            add(std::make_unique<kv_append_ragged_case>(c, std::vector<int64_t>{3, 0, 5},
+                                                        std::vector<int64_t>{2, 1, 4}, false));
+            ragged_spec e = rs({256, 1, 9}, {1, 256, 17}, 4, {});
+            e.bits = 4;
+            add(std::make_unique<kv_append_ragged_case>(e, std::vector<int64_t>{0, 15, 31},
+                                                        std::vector<int64_t>{1, 1, 1}, true));
+        }
         // attn_prefill_ragged: balanced on/off, GQA 1 and 4, odd widths, tiles around 64/128 rows.
         for (bool balanced : {false, true}) {
             ragged_spec a = rs(kw, vw, 4, {1, 17, 63, 64, 65, 200});
@@ -494,6 +604,13 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<ragged_decode_case>(rs(k8, v8, 4, {ctx}, policy, 132), false));
             add(std::make_unique<ragged_decode_case>(
                 rs(k8, v8, 4, std::vector<int64_t>(size_t(b), ctx / 8), policy, 132), false));
+        }
+        // The same shapes on q4 pages (kv_bits=4), balanced schedule.
+        for (const std::vector<int64_t> & lens :
+             {std::vector<int64_t>{ctx}, std::vector<int64_t>(size_t(b), ctx / 8)}) {
+            ragged_spec q = rs(k8, v8, 4, lens, P::balanced, 132);
+            q.bits = 4;
+            add(std::make_unique<ragged_decode_case>(q, false));
         }
         // Palu at the same shapes (latent K widths k8, head_dim 128, full rotary): its cost is the
         // per-step key reconstruction (k_width * 128 FMAs per token and KV head), not the bytes.

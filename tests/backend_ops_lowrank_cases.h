@@ -22,6 +22,7 @@ struct ragged_spec {
     int64_t head_dim = 128, rot_dim = 128;
     rope_style style = rope_style::neox;
     int64_t extra_pages = 3;
+    int bits = 16;  // kv_append_ragged / attn_decode_ragged pages: 16 (f16) or 4 (core/ragged_q4.h)
 };
 
 // attn_decode_ragged (palu = false) or attn_decode_palu over the spec's requests (bench_ops sweeps).

@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/ragged_q4.h"
 
 namespace kvcomp {
 
@@ -121,6 +122,8 @@ struct param_printer {
     void ragged(const ragged_layout & l) {
         os << "pages=" << l.n_pages << ",kv_heads=" << l.n_kv_heads << ",page=" << l.page_size
            << ",k_total=" << l.k_total << ",v_total=" << l.v_total << ",max_width=" << l.max_width;
+        if (l.bits != 16)
+            os << ",bits=" << l.bits << ",k_row_bytes=" << l.k_row_bytes << ",v_row_bytes=" << l.v_row_bytes;
     }
     void operator()(const kv_append_ragged_params & p) {
         ragged(p.kv);
@@ -209,6 +212,26 @@ void check_ragged(const checker & c, const ragged_layout & l) {
                      max_ragged_width, "], got ", l.max_width);
     KVCOMP_CHECK_ARG(l.k_total >= l.n_kv_heads && l.v_total >= l.n_kv_heads, c.what(),
                      ": every KV head needs at least one K and one V dim");
+    KVCOMP_CHECK_ARG(l.bits == 16 || l.bits == 4, c.what(), ": bits must be 16 or 4, got ", l.bits);
+    if (l.bits == 4) {
+        // The exact totals depend on the heads table (checked by the CPU reference); these bounds
+        // are what the widths allow: every row has its 4 parameter bytes and w/2 code bytes.
+        KVCOMP_CHECK_ARG(l.k_row_bytes >= ragged_q4_param_bytes * l.n_kv_heads + l.k_total / 2 &&
+                             l.v_row_bytes >= ragged_q4_param_bytes * l.n_kv_heads + l.v_total / 2 &&
+                             l.k_row_bytes % 4 == 0 && l.v_row_bytes % 4 == 0,
+                         c.what(), ": k_row_bytes ", l.k_row_bytes, " / v_row_bytes ", l.v_row_bytes,
+                         " are not q4 row totals (core/ragged_q4.h) for k_total ", l.k_total, ", v_total ",
+                         l.v_total);
+    }
+}
+
+// Element type and count of a ragged page pool (f16 elements or q4 row bytes).
+dtype ragged_page_type(const ragged_layout & l) {
+    return l.bits == 4 ? dtype::u8 : dtype::f16;
+}
+int64_t ragged_page_elems(const ragged_layout & l, bool v) {
+    const int64_t per_token = l.bits == 4 ? (v ? l.v_row_bytes : l.k_row_bytes) : (v ? l.v_total : l.k_total);
+    return l.n_pages * l.page_size * per_token;
 }
 
 }  // namespace
@@ -542,8 +565,8 @@ void check_op(const op_desc & op) {
             c.operand(s[4], "indptr", {i32}, p.batch + 1);
             c.operand(s[5], "indices", {i32}, p.nnz_pages);
             c.operand(s[6], "heads", {i32}, p.kv.n_kv_heads * 4);
-            c.operand(d[0], "k_pages", {f16}, p.kv.n_pages * p.kv.page_size * p.kv.k_total);
-            c.operand(d[1], "v_pages", {f16}, p.kv.n_pages * p.kv.page_size * p.kv.v_total);
+            c.operand(d[0], "k_pages", {ragged_page_type(p.kv)}, ragged_page_elems(p.kv, false));
+            c.operand(d[1], "v_pages", {ragged_page_type(p.kv)}, ragged_page_elems(p.kv, true));
             break;
         }
         case op_type::attn_decode_ragged:
@@ -577,8 +600,10 @@ void check_op(const op_desc & op) {
             const int64_t g = n_q_heads / kv.n_kv_heads;
             const int64_t hd = palu ? op.get<attn_decode_palu_params>().head_dim : 0;
             c.operand(s[0], "q", {f32}, palu ? batch * n_q_heads * hd : batch * g * kv.k_total);
-            c.operand(s[1], "k_pages", {f16}, kv.n_pages * kv.page_size * kv.k_total);
-            c.operand(s[2], "v_pages", {f16}, kv.n_pages * kv.page_size * kv.v_total);
+            KVCOMP_CHECK_ARG(!palu || kv.bits == 16, c.what(),
+                             ": Palu's latent pages are f16 only (bits 16), got bits ", kv.bits);
+            c.operand(s[1], "k_pages", {ragged_page_type(kv)}, ragged_page_elems(kv, false));
+            c.operand(s[2], "v_pages", {ragged_page_type(kv)}, ragged_page_elems(kv, true));
             c.operand(s[3], "indptr", {i32}, batch + 1);
             c.operand(s[4], "indices", {i32}, nnz_pages);
             c.operand(s[5], "last_page_len", {i32}, batch);

@@ -245,7 +245,6 @@ struct probe_scores_params {
     int64_t batch = 0;  // 0: single request; else src5 probe_indptr, src6 key_indptr [batch+1]
 };
 
-
 // ---- Low-rank KV (ZACK, FDC, Palu): per-head widths ----------------------------------------------
 //
 // Ragged heads: each KV head c keeps its own number of K dims and V dims. The table
@@ -259,9 +258,16 @@ struct probe_scores_params {
 //   k_pages f16 [n_pages, page_size * k_total]: head c's part of page p starts at element
 //   p * page_size * k_total + page_size * k_offset[c], token slot s at + s * k_width[c]
 //   (each head's tokens contiguous in the page); v_pages alike with the v widths.
+// bits == 4 (zack/fdc kv_bits=4): the pages are u8 [n_pages, page_size * k_row_bytes] (v alike) of
+//   4-bit rows with f16 min/step per token and head (format and quantizer in core/ragged_q4.h);
+//   k_row_bytes / v_row_bytes = ragged_q4_row_total of the K / V widths (0 when bits == 16).
+//   kv_append_ragged quantizes, attn_decode_ragged dequantizes in registers; the other ops take
+//   bits == 16 only.
 // The host builds and checks the table (backends trust it, as they trust page tables).
 struct ragged_layout {
     int64_t n_pages = 0, n_kv_heads = 0, page_size = 0, k_total = 0, v_total = 0, max_width = 0;
+    int32_t bits = 16;                         // 16: f16 elements; 4: core/ragged_q4.h rows
+    int64_t k_row_bytes = 0, v_row_bytes = 0;  // bits == 4: bytes of one token over all heads
 };
 constexpr int64_t max_ragged_width = 256;  // widest head a kernel must handle (registers / local memory)
 
@@ -286,7 +292,8 @@ struct head_project_params {
 // Writes n_tokens new tokens into ragged pages (as kv_append, widths per head).
 // src0 k_new f32 [n_tokens, k_total], src1 v_new f32 [n_tokens, v_total] (packed by head: head c's
 // values at its offset); src2 batch_idx, src3 positions i32 [n_tokens]; src4 indptr i32 [batch+1];
-// src5 indices i32 [nnz_pages]; src6 heads i32 [n_kv_heads, 4]; dst0 k_pages, dst1 v_pages (f16).
+// src5 indices i32 [nnz_pages]; src6 heads i32 [n_kv_heads, 4]; dst0 k_pages, dst1 v_pages (f16,
+// or u8 q4 rows when kv.bits == 4: each (token, head) row quantized as in core/ragged_q4.h).
 struct kv_append_ragged_params {
     ragged_layout kv;
     int64_t n_tokens = 0, batch = 0, nnz_pages = 0;

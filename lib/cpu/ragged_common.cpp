@@ -1,6 +1,8 @@
 // Heads-table, page-table and decode-schedule checks of the CPU reference (see ragged_common.h).
 #include "cpu/ragged_common.h"
 
+#include "core/ragged_q4.h"
+
 namespace kvcomp::cpu {
 
 std::vector<ragged_head> read_ragged_heads(const tensor & heads, int64_t n_kv_heads, int64_t k_total,
@@ -24,6 +26,20 @@ std::vector<ragged_head> read_ragged_heads(const tensor & heads, int64_t n_kv_he
     KVCOMP_CHECK_ARG(k_off == k_total && v_off == v_total, what, ": the widths sum to (", k_off, ", ", v_off,
                      "), expected k_total ", k_total, " and v_total ", v_total);
     return out;
+}
+
+std::vector<int64_t> ragged_q4_offsets(const std::vector<ragged_head> & heads, const ragged_layout & l,
+                                       bool v, const std::string & what) {
+    std::vector<int64_t> off;
+    int64_t at = 0;
+    for (const ragged_head & h : heads) {
+        off.push_back(at);
+        at += ragged_q4_row_bytes(v ? h.v_width : h.k_width);
+    }
+    const int64_t want = v ? l.v_row_bytes : l.k_row_bytes;
+    KVCOMP_CHECK_ARG(at == want, what, ": the ", v ? "V" : "K", " widths take ", at,
+                     " q4 bytes per token (core/ragged_q4.h), the layout says ", want);
+    return off;
 }
 
 void check_decode_schedule(const int32_t * schedule, const int32_t * merge, int64_t n_tasks, int64_t batch,

@@ -29,6 +29,11 @@ inline int64_t ragged_slot(int64_t page, int64_t slot, int64_t page_size, int64_
     return page * page_size * total + page_size * offset + slot * width;
 }
 
+// bits == 4 pages (core/ragged_q4.h): byte offset of each head's rows within a token's bytes
+// (k: K widths, else V), checked to total l.k_row_bytes / l.v_row_bytes.
+std::vector<int64_t> ragged_q4_offsets(const std::vector<ragged_head> & heads, const ragged_layout & l,
+                                       bool v, const std::string & what);
+
 // Checks a decode task list against the requests' lengths (core/op.h, "Decode task list"):
 // merge[0..batch*n_kv] non-decreasing from 0 to n_tasks; the tasks of (b, c) are rows of
 // schedule naming (b, c), in token order, covering [0, seq_len(b)) exactly once; every task is

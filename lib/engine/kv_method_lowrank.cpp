@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/ragged_q4.h"
 #include "engine/calibrate.h"
 #include "engine/lowrank_device.h"
 #include "host/lowrank/decode_schedule.h"
@@ -22,8 +23,12 @@ class lowrank_method : public kv_method {
 
     void prepare(backend & be, const model_context & m) override {
         const host::model_config & cfg = m.config;
-        plan_ = make_lowrank_plan(c_.choice, cfg,
-                                  engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
+        KVCOMP_CHECK_ARG(c_.kv_bits == 16 || !palu_, "method palu: kv_bits=", c_.kv_bits,
+                         " is not supported (palu stores f16 latents; kv_bits=4 is for zack and fdc)");
+        lowrank_choice choice = c_.choice;
+        choice.equalize = q4() && c_.equalize;
+        plan_ =
+            make_lowrank_plan(choice, cfg, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
         if (c_.padded_prefill) add_padded_prefill(plan_, palu_);
         dev_ = upload_lowrank_plan(be, plan_);
         buffer_ptr scratch;
@@ -60,10 +65,13 @@ class lowrank_method : public kv_method {
                          "method ", name(), ": cache shape disagrees with the calibration");
         shape_ = shape;
         for (const lowrank_layer & L : plan_.layers) {
-            k_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * L.k_total) * 2));
-            v_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * L.v_total) * 2));
+            const ragged_layout r = layout(L);
+            const int64_t k_row = q4() ? r.k_row_bytes : L.k_total * 2,
+                          v_row = q4() ? r.v_row_bytes : L.v_total * 2;
+            k_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * k_row)));
+            v_.push_back(be.alloc(size_t(shape.n_pages * shape.page_size * v_row)));
             bytes_ += k_.back()->size() + v_.back()->size();
-            dims_per_token_ += L.k_total + L.v_total;
+            bytes_per_token_ += k_row + v_row;
         }
     }
 
@@ -71,7 +79,7 @@ class lowrank_method : public kv_method {
 
     uint64_t bytes_for_tokens(int64_t tokens) const override {
         const int64_t pages = (tokens + shape_.page_size - 1) / shape_.page_size;
-        return uint64_t(pages * shape_.page_size * dims_per_token_) * 2;
+        return uint64_t(pages * shape_.page_size * bytes_per_token_);
     }
 
     void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
@@ -82,7 +90,7 @@ class lowrank_method : public kv_method {
         const int64_t g = nq / nkv;
         grow_scratch(be, n);
         const ragged_layout kv = layout(L);
-        const tensor kp = pages(*k_[size_t(layer)], L.k_total), vp = pages(*v_[size_t(layer)], L.v_total);
+        const tensor kp = pages(*k_[size_t(layer)], L, false), vp = pages(*v_[size_t(layer)], L, true);
 
         // The cached K: k' = k R_k (post-RoPE, zack/fdc) or the latent k R_k (pre-RoPE, palu).
         const tensor kc = scratch_f32(0, {n, L.k_total});
@@ -97,11 +105,21 @@ class lowrank_method : public kv_method {
     }
 
   private:
+    bool q4() const { return c_.kv_bits == 4; }
     ragged_layout layout(const lowrank_layer & L) const {
-        return {shape_.n_pages, shape_.n_kv_heads, shape_.page_size, L.k_total, L.v_total, L.max_width};
+        ragged_layout r{shape_.n_pages, shape_.n_kv_heads, shape_.page_size,
+                        L.k_total,      L.v_total,         L.max_width};
+        if (q4())
+            r.bits = 4, r.k_row_bytes = ragged_q4_row_total(L.k), r.v_row_bytes = ragged_q4_row_total(L.v);
+        return r;
     }
-    tensor pages(buffer & b, int64_t total) const {
-        return make_tensor(&b, dtype::f16, {shape_.n_pages, shape_.page_size * total});
+    // A layer's K or V pool: f16 elements, or the q4 rows' bytes.
+    tensor pages(buffer & b, const lowrank_layer & L, bool v) const {
+        const ragged_layout r = layout(L);
+        if (q4())
+            return make_tensor(&b, dtype::u8,
+                               {shape_.n_pages, shape_.page_size * (v ? r.v_row_bytes : r.k_row_bytes)});
+        return make_tensor(&b, dtype::f16, {shape_.n_pages, shape_.page_size * (v ? L.v_total : L.k_total)});
     }
 
     // Scratch regions per token (f32 unless said), each starting on a 256-byte boundary (vector
@@ -318,7 +336,7 @@ class lowrank_method : public kv_method {
     kv_shape shape_;
     std::vector<buffer_ptr> k_, v_;
     uint64_t bytes_ = 0;
-    int64_t dims_per_token_ = 0;  // sum over layers of k_total + v_total
+    int64_t bytes_per_token_ = 0;  // sum over layers of a token's K and V page bytes
 
     buffer_ptr scratch_;
     int64_t scratch_tokens_ = 0;

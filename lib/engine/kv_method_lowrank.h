@@ -26,6 +26,15 @@
 // Storage per layer: k_pages f16 [n_pages, page_size * k_total], v_pages [n_pages, page_size *
 // v_total], on the engine's page table. bytes_for_tokens(t) = pages(t) * page_size * sum over
 // layers and KV heads of (k_c + v_c) * 2 bytes, exactly what those pages take.
+// kv_bits=4 (zack, fdc; option kv_bits): the pages hold core/ragged_q4.h rows, u8 [n_pages,
+// page_size * k_row_bytes] with k_row_bytes = sum over heads of 4 + 4 * ceil(k_c / 8) (v alike), and
+// bytes_for_tokens uses those row bytes. The decoded K''/V'' are K' D_k^-1 / V' D_v^-1 with the
+// equalization D folded into the bases at load (lowrank_layout.h), so q''.k'' = q'.k' and the
+// W_O'' = W_O R_v D_v rows undo D_v; only the quantization error remains. Prefill attends to the
+// exact (unquantized) K''/V'' of the prompt, like the f16 path, and then stores them quantized.
+// So at full rank a decode step equals the uncompressed cache fed with dequant(quant(k R D^-1)) D R^T
+// (and v alike): quantization in the equalized rotated basis, not in the original one (digest
+// zack_fdc.md invariant 15).
 #pragma once
 
 #include <memory>
@@ -44,6 +53,10 @@ struct lowrank_method_config {
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to
     // head_dim; false runs attn_prefill_ragged in the reduced dims (prefill_balance applies there).
     bool padded_prefill = true;
+    // Page format of zack/fdc: 16 = f16 elements; 4 = 4-bit rows with f16 min/step per token and
+    // head (core/ragged_q4.h), the bases folded with the channel equalization D (see the top).
+    int kv_bits = 16;
+    bool equalize = true;  // kv_bits=4: fold the channel equalization D (off: D = 1, an ablation)
 };
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);

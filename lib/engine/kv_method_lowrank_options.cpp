@@ -10,6 +10,14 @@
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
 //   prefill_balance=1|0  ragged prefill only: per-head row blocks scaled by d_sum (ZACK/FDC §5.3)
+//   kv_bits=16|4         zack/fdc page format: 16 = f16 (default); 4 = 4-bit codes with an f16
+//                        min/step per token and head (core/ragged_q4.h; bases folded with a
+//                        per-channel equalization), ~4x smaller pages. Not for palu.
+//                        CUDA kernels compiled, not yet run on a GPU.
+//   equalize=1|0         kv_bits=4 only: the channel equalization (1, default) or none (0: the
+//                        rotated basis quantized as it is; an ablation)
+#include <string>
+
 #include "engine/kv_method_lowrank.h"
 #include "engine/method_option_reader.h"
 
@@ -32,7 +40,16 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
+    c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
+    const bool equalize_given = r.has("equalize");
+    c.equalize = r.integer("equalize", 1, 0, 1) == 1;
     r.finish();
+    KVCOMP_CHECK_ARG(!equalize_given || c.kv_bits == 4, "method ", name,
+                     ": option equalize only applies with kv_bits=4");
+    KVCOMP_CHECK_ARG(c.kv_bits == 16 || m != hl::lowrank_method::palu, "method ", name,
+                     ": option kv_bits=", c.kv_bits,
+                     " is not supported for palu (its latent K is reconstructed at full width "
+                     "every step; kv_bits=4 is for zack and fdc)");
     KVCOMP_CHECK_ARG(!c.choice.calib_path.empty(), "method ", name,
                      ": option calib=FILE is required (a calibration file from kvcomp calibrate --method ",
                      name, ")");

@@ -23,6 +23,14 @@ std::vector<float> rope_inv_freq(float theta, int64_t rot_dim, const std::vector
     return out;
 }
 
+std::vector<double> equalization_scales(const std::vector<double> & sigma, int64_t cols) {
+    std::vector<double> dsc(static_cast<size_t>(cols), 1.0);
+    if (sigma.empty() || !(sigma[0] > 0.0)) return dsc;
+    for (int64_t j = 0; j < cols && j < int64_t(sigma.size()); ++j)
+        dsc[size_t(j)] = std::max(sigma[size_t(j)] / sigma[0], 1.0 / 64.0);
+    return dsc;
+}
+
 namespace {
 
 const char * method_name(hl::lowrank_method m) {
@@ -48,10 +56,11 @@ void add_row(std::vector<int32_t> & t, int64_t in_off, int64_t in_w, int64_t bas
 }
 
 lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq,
-                         bool palu, const std::vector<float> & inv_freq) {
+                         bool palu, bool equalize, const std::vector<float> & inv_freq) {
     const int64_t nkv = r.num_kv_heads, d = r.head_dim, g = nq / nkv;
     lowrank_layer L;
     L.d = d;
+    L.equalized = equalize;
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
         L.k.push_back(r.k[i]), L.v.push_back(r.v[i]);
@@ -60,23 +69,31 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
     }
     L.heads = hl::ragged_heads_table(L.k, L.v, max_ragged_width);
     L.heads_full = hl::ragged_heads_table(std::vector<int64_t>(L.k.size(), d), L.v, max_ragged_width);
-    L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total)), 0.0f);
+    L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total + (equalize ? L.k_total + L.v_total : 0))), 0.0f);
     if (palu) L.aux.assign(size_t(d * L.k_total), 0.0f);
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
         const hl::head_basis & kb = cal.k[i];
         const hl::head_basis & vb = cal.v[i];
         const int64_t kc = L.k[size_t(c)], vc = L.v[size_t(c)], ko = L.k_off(c);
+        const std::vector<double> dk =
+            equalize ? equalization_scales(kb.sigma, kc) : std::vector<double>(size_t(kc), 1.0);
+        const std::vector<double> dv =
+            equalize ? equalization_scales(vb.sigma, vc) : std::vector<double>(size_t(vc), 1.0);
         for (int64_t row = 0; row < d; ++row) {
             for (int64_t j = 0; j < kc; ++j) {
-                const float x = float(kb.basis[size_t(row * kb.cols + j)]);
-                L.bases[size_t(d * ko + row * kc + j)] = x;         // R_k [d, k_c]
-                if (palu) L.aux[size_t(d * ko + j * d + row)] = x;  // R_k^T [k_c, d]
+                const double x = kb.basis[size_t(row * kb.cols + j)];
+                L.bases[size_t(d * ko + row * kc + j)] = float(x / dk[size_t(j)]);  // R_k D^-1 [d, k_c]
+                L.bases[size_t(L.rq_at(c) + row * kc + j)] =
+                    float(x * dk[size_t(j)]);                              // R_k D (aliases without D)
+                if (palu) L.aux[size_t(d * ko + j * d + row)] = float(x);  // R_k^T [k_c, d]
             }
             for (int64_t j = 0; j < vc; ++j) {
-                const float x = float(vb.basis[size_t(row * vb.cols + j)]);
-                L.bases[size_t(L.rv_at(c) + row * vc + j)] = x;  // R_v [d, v_c]
-                L.bases[size_t(L.rvt_at(c) + j * d + row)] = x;  // R_v^T [v_c, d]
+                const double x = vb.basis[size_t(row * vb.cols + j)];
+                L.bases[size_t(L.rv_at(c) + row * vc + j)] = float(x / dv[size_t(j)]);  // R_v D^-1 [d, v_c]
+                L.bases[size_t(L.rvt_at(c) + j * d + row)] =
+                    float(x / dv[size_t(j)]);  // (R_v D^-1)^T [v_c, d]
+                if (equalize) L.bases[size_t(L.ro_at(c) + row * vc + j)] = float(x * dv[size_t(j)]);  // R_v D
             }
         }
         add_row(L.k_table, c * d, d, d * ko, ko, kc);
@@ -84,8 +101,8 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
         if (palu) add_row(L.rec_table, ko, kc, d * ko, c * d, d);
         for (int64_t h = c * g; h < (c + 1) * g; ++h) {
             const int64_t in_group = h - c * g;
-            add_row(L.q_table, h * d, d, d * ko, g * ko + in_group * kc, kc);
-            add_row(L.o_table, h * d, d, L.rv_at(c), g * L.v_off(c) + in_group * vc, vc);
+            add_row(L.q_table, h * d, d, L.rq_at(c), g * ko + in_group * kc, kc);
+            add_row(L.o_table, h * d, d, L.ro_at(c), g * L.v_off(c) + in_group * vc, vc);
         }
     }
     if (palu) L.aux.insert(L.aux.end(), inv_freq.begin(), inv_freq.end());
@@ -113,7 +130,7 @@ void add_padded_layer(lowrank_layer & L, int64_t nq, int64_t nkv, bool palu) {
             const int64_t kc = L.k[size_t(c)], at = append_zeros(b, d * d);
             for (int64_t row = 0; row < d; ++row)
                 for (int64_t j = 0; j < kc; ++j)
-                    b[size_t(at + row * d + j)] = L.bases[size_t(d * L.k_off(c) + row * kc + j)];
+                    b[size_t(at + row * d + j)] = L.bases[size_t(L.rq_at(c) + row * kc + j)];
             for (int64_t h = c * g; h < (c + 1) * g; ++h) add_row(L.q_pad_table, h * d, d, at, h * d, d);
             add_row(L.k_pad_table, L.k_off(c), kc, 0, c * d, d);
         }
@@ -165,10 +182,12 @@ lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_conf
                          "); re-choose ranks only from a full (untruncated) file");
     }
     const bool palu = ch.method == hl::lowrank_method::palu;
+    KVCOMP_CHECK_ARG(!(palu && ch.equalize), "method ", m,
+                     ": the equalization of kv_bits=4 is for zack/fdc only");
     const std::vector<float> inv_freq =
         palu ? rope_inv_freq(float(cfg.rope.theta), d, cfg.rope.freq_factors) : std::vector<float>{};
     for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, inv_freq));
+        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, ch.equalize, inv_freq));
     return p;
 }
 

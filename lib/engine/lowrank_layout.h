@@ -25,7 +25,14 @@ struct lowrank_choice {
     // file's ranks.
     std::optional<double> removal_rate, compression;
     int64_t rank_multiple = 16;  // rounding of re-chosen ranks
+    // kv_bits=4: fold the per-channel equalization D (core/ragged_q4.h) into the bases (zack/fdc).
+    bool equalize = false;
 };
+
+// The equalization scale of each basis column from its singular values (core/ragged_q4.h):
+// D_j = max(sigma_j / sigma_0, 1/64) (all 1 when sigma_0 is 0). The floor keeps the tail channels,
+// whose sigma may be ~0, from being amplified past the range of the others and of f16.
+std::vector<double> equalization_scales(const std::vector<double> & sigma, int64_t cols);
 
 // One layer: widths per KV head, the tables of the ops and the f32 arrays they read.
 struct lowrank_layer {
@@ -39,9 +46,21 @@ struct lowrank_layer {
     std::vector<int32_t> o_table;   // rows of W_O [nq*d] -> rows of W_O' [g*v_total] (bases: R_v)
     // Bases, f32: R_k^c [d, k_c] at d*k_offset[c]; R_v^c [d, v_c] at d*(k_total + v_offset[c]);
     // R_v^cT [v_c, d] at d*(k_total + v_total + v_offset[c]) (the A of W_V' = R_v^T W_V^c).
+    // equalized (lowrank_choice::equalize): the K-side columns are R_k D_k^-1 (k'' = k R_k D_k^-1) and
+    // the V-side ones R_v D_v^-1 (R_v and R_v^T: v'' and b_V''), and two more blocks follow:
+    // R_k^c D_k [d, k_c] at d*(k_total + 2 v_total + k_offset[c]) (queries: q'' = q R_k D_k) and
+    // R_v^c D_v [d, v_c] at d*(2 k_total + 2 v_total + v_offset[c]) (rows of W_O'' = W_O R_v D_v).
+    // Without equalization rq_at / ro_at are the R_k / R_v blocks.
     std::vector<float> bases;
+    bool equalized = false;
     int64_t rv_at(int64_t c) const { return d * (k_total + v_off(c)); }
     int64_t rvt_at(int64_t c) const { return d * (k_total + v_total + v_off(c)); }
+    int64_t rq_at(int64_t c) const {
+        return equalized ? d * (k_total + 2 * v_total + k_off(c)) : d * k_off(c);
+    }
+    int64_t ro_at(int64_t c) const {
+        return equalized ? d * (2 * k_total + 2 * v_total + v_off(c)) : rv_at(c);
+    }
     int64_t v_off(int64_t c) const { return heads[size_t(c * 4 + 3)]; }
     int64_t k_off(int64_t c) const { return heads[size_t(c * 4 + 1)]; }
     // Palu only: aux of attn_decode_palu = R_k^cT [k_c, d] at d*k_offset[c], then inv_freq [d/2];

@@ -1,6 +1,7 @@
 // attn_decode_ragged: decode attention in reduced per-head dims over a host task list
 // (cl_kernels/attn_decode_ragged.cl): one work-group per schedule row, then a merge kernel for
 // the (request, KV head) rows cut into several tasks (and zeros for requests without tokens).
+// q4 pages (kv.bits == 4) run cl_kernels/attn_decode_ragged_q4.cl (codes dequantized in registers).
 #include <algorithm>
 
 #include "opencl/cl_common.h"
@@ -51,12 +52,49 @@ ragged_config choose_config(const cl_backend & be, const attn_decode_ragged_para
     return c;
 }
 
+constexpr int kQ4Tile = 64;  // tile tokens (work-group size) of the q4 kernel
+
+// q4 pages: one work-group per (task, query head); channels past NT per work-item: ND.
+void run_q4(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
+    const int nt = int(be.reduction_wg(kQ4Tile));
+    defines defs;
+    defs.add("G", g).add("NT", nt).add("MW", p.kv.max_width).add("ND", (p.kv.max_width + nt - 1) / nt);
+    const tensor & out = op.dst[0];
+    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, p.kv.max_width);
+    if (p.n_tasks > 0) {
+        cl_kernel k = be.kernel("attn_decode_ragged_q4.cl", defs, "kvc_attn_decode_ragged_q4");
+        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
+                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), to_int(p.kv.page_size),
+                 to_int(p.kv.k_row_bytes), to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
+        const size_t local[2] = {size_t(nt), 1};
+        const size_t global[2] = {size_t(nt) * size_t(p.n_tasks), size_t(g)};
+        be.launch(k, 2, global, local);
+    }
+    cl_kernel mk = be.kernel("attn_decode_ragged_q4.cl", defs, "kvc_attn_decode_ragged_q4_merge");
+    set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(out), part, ml_off, to_int(p.kv.n_kv_heads),
+             to_int(p.batch), to_int(p.kv.v_total));
+    const size_t mlocal[3] = {size_t(std::min<int64_t>(round_up(size_t(p.kv.max_width), 32), 128)), 1, 1};
+    const size_t mglobal[3] = {size_t(p.kv.max_width), size_t(p.n_q_heads), size_t(p.batch)};
+    be.launch(mk, 3, mglobal, mlocal);
+}
+
 }  // namespace
 
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     if (g > kMaxGroup) return support::no("GQA group above " + std::to_string(kMaxGroup) + " query heads");
+    if (p.kv.bits == 4) {
+        if (op.src[1].offset % 4 != 0 || op.src[2].offset % 4 != 0)
+            return support::no("q4 ragged pages must start on a 4-byte boundary");
+        if (p.kv.n_pages * p.kv.page_size * std::max(p.kv.k_row_bytes, p.kv.v_row_bytes) > 0x7fffffffLL * 4 ||
+            p.n_tasks > 0x7fffffff)
+            return support::no("q4 page pool and task list must fit in 32-bit counts");
+        return support::yes();
+    }
     const ragged_config c = choose_config(be, p);
     if (c.nt < (c.mw + c.vec - 1) / c.vec)
         return support::no("device work-group limit too small for max_width " +
@@ -70,6 +108,7 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
 
 void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
+    if (p.kv.bits == 4) return run_q4(be, op);
     const ragged_config c = choose_config(be, p);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;

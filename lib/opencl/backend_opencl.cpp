@@ -427,6 +427,8 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
             return supports_probe_scores(*this, op);
+        case op_type::kv_append_ragged:
+            return supports_kv_append_ragged(*this, op);
         case op_type::attn_decode_ragged:
             return supports_attn_decode_ragged(*this, op);
         case op_type::attn_prefill_ragged:

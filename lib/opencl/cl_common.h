@@ -272,6 +272,7 @@ support supports_kv_quantize(const cl_backend & be, const op_desc & op);
 support supports_kv_dequantize(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op);
 support supports_probe_scores(const cl_backend & be, const op_desc & op);
+support supports_kv_append_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_palu(const cl_backend & be, const op_desc & op);

@@ -1,0 +1,204 @@
+// attn_decode_ragged over q4 ragged pages (ragged_layout::bits == 4, zack/fdc kv_bits=4; row format
+// in core/ragged_q4.h): codes and f16 (min, step) read from the pages and dequantized in registers.
+//
+// Kernel attn_decode_ragged_q4_kernel: one block of kThreads per (schedule row, query head of the
+// row's KV head): request b, KV head c, tokens [first, end). Tiles of kThreads tokens:
+//   1. thread j scores token first + j: q.k^ = step * sum_i q_i code_i + min * sum_i q_i, codes read
+//      as 32-bit words of 8 channels (padding codes are 0 and q is zero past k_width); it also
+//      stages its token's V row address and (min, step) in shared memory;
+//   2. block maximum of the tile's scores; online-softmax update in the log2 domain (q pre-scaled
+//      by scale * log2 e);
+//   3. thread j accumulates p * v^ for channels j and j + kThreads over the tile's V rows.
+// The only task of its (b, c) writes out directly; otherwise the task writes the normalized
+// partial output and its log2-denominator (ragged_common.cuh) and launch_ragged_merge combines.
+// A simple kernel (no cp.async staging, one query head per block): first correct, then fast.
+#include <climits>
+
+#include "common.cuh"
+#include "ragged_common.cuh"
+
+namespace kvcomp::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxWidth = 256;  // max_ragged_width
+constexpr int kPerThread = kMaxWidth / kThreads;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct q4_args {
+    const float * q;
+    const uint8_t * k_pages;
+    const uint8_t * v_pages;
+    const int32_t * indptr;
+    const int32_t * indices;
+    const int32_t * heads;
+    const int32_t * schedule;
+    const int32_t * merge;
+    float * out;
+    float * part_o;
+    float * part_lse;
+    int n_kv_heads, page_size, k_total, v_total, k_row_bytes, v_row_bytes, max_width, group;
+    float qscale;
+};
+
+__device__ __forceinline__ int q4_row_bytes(int w) {
+    return 4 + 4 * ((w + 7) / 8);
+}
+__device__ __forceinline__ float q4_param(const uint8_t * row, int i) {
+    return __half2float(reinterpret_cast<const __half *>(row)[i]);
+}
+
+__global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q4_args a) {
+    __shared__ float q_s[kMaxWidth];
+    __shared__ float p_s[kThreads], red_s[32];
+    __shared__ float2 vpar_s[kThreads];
+    __shared__ const uint8_t * vrow_s[kThreads];
+
+    const int tid = threadIdx.x, task = blockIdx.x, h = blockIdx.y;
+    const int32_t * row = a.schedule + 4 * int64_t(task);
+    const int b = row[0], c = row[1], first = row[2], end = row[3];
+    const ragged_head hd = load_head(a.heads, c);
+    const int n_in_list = a.merge[b * a.n_kv_heads + c + 1] - a.merge[b * a.n_kv_heads + c];
+    const int p0 = a.indptr[b];
+    int k_head = 0, v_head = 0;  // byte offsets of head c's rows within a token's bytes
+    for (int i = 0; i < c; ++i) {
+        const ragged_head o = load_head(a.heads, i);
+        k_head += q4_row_bytes(o.k_width);
+        v_head += q4_row_bytes(o.v_width);
+    }
+    const int krb = q4_row_bytes(hd.k_width), vrb = q4_row_bytes(hd.v_width);
+
+    const float * qg =
+        a.q + int64_t(b) * a.group * a.k_total + int64_t(a.group) * hd.k_offset + int64_t(h) * hd.k_width;
+    for (int d = tid; d < kMaxWidth; d += kThreads) q_s[d] = d < hd.k_width ? qg[d] * a.qscale : 0.0f;
+    __syncthreads();
+    float qsum = 0.0f;
+    for (int d = 0; d < hd.k_width; ++d) qsum += q_s[d];
+
+    float m_run = -INFINITY, lsum = 0.0f, acc[kPerThread];
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) acc[k] = 0.0f;
+
+    for (int t0 = first; t0 < end; t0 += kThreads) {
+        const int tn = min(kThreads, end - t0);
+        float s = -INFINITY;
+        if (tid < tn) {
+            const int t = t0 + tid;
+            const int64_t pg = a.indices[p0 + t / a.page_size], sl = t % a.page_size;
+            const uint8_t * kr =
+                a.k_pages + pg * a.page_size * a.k_row_bytes + int64_t(a.page_size) * k_head + sl * krb;
+            const uint32_t * words = reinterpret_cast<const uint32_t *>(kr + 4);
+            float dot = 0.0f;
+            for (int wi = 0; wi < (hd.k_width + 7) / 8; ++wi) {
+                const uint32_t u = words[wi];
+#pragma unroll
+                for (int n = 0; n < 8; ++n) dot += q_s[wi * 8 + n] * float((u >> (4 * n)) & 15u);
+            }
+            s = q4_param(kr, 1) * dot + q4_param(kr, 0) * qsum;
+            const uint8_t * vr =
+                a.v_pages + pg * a.page_size * a.v_row_bytes + int64_t(a.page_size) * v_head + sl * vrb;
+            vrow_s[tid] = vr;
+            vpar_s[tid] = make_float2(q4_param(vr, 0), q4_param(vr, 1));
+        }
+        const float mt = block_max(s, red_s);  // synchronizes: vrow_s / vpar_s are visible after it
+        const float mn = fmaxf(m_run, mt), alpha = exp2f(m_run - mn);
+        m_run = mn;
+        lsum *= alpha;
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) acc[k] *= alpha;
+        p_s[tid] = tid < tn ? exp2f(s - mn) : 0.0f;
+        __syncthreads();
+        for (int j = 0; j < tn; ++j) {
+            const float p = p_s[j];
+            const float2 par = vpar_s[j];
+            const uint8_t * codes = vrow_s[j] + 4;
+            lsum += p;
+#pragma unroll
+            for (int k = 0; k < kPerThread; ++k) {
+                const int d = tid + k * kThreads;
+                if (d < hd.v_width)
+                    acc[k] += p * (float((codes[d / 2] >> (4 * (d & 1))) & 15) * par.y + par.x);
+            }
+        }
+        __syncthreads();  // the next tile rewrites p_s and the V rows
+    }
+
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+        const int d = tid + k * kThreads;
+        if (d >= hd.v_width) continue;
+        if (n_in_list == 1)
+            a.out[int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset +
+                  int64_t(h) * hd.v_width + d] = acc[k] * inv;
+        else
+            a.part_o[(int64_t(task) * a.group + h) * a.max_width + d] = acc[k] * inv;
+    }
+    if (n_in_list != 1 && tid == 0)
+        a.part_lse[int64_t(task) * a.group + h] = lsum > 0.0f ? m_run + log2f(lsum) : -INFINITY;
+}
+
+}  // namespace
+
+support supports_attn_decode_ragged_q4(const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const ragged_layout & l = p.kv;
+    if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
+        p.batch * l.n_kv_heads >= INT_MAX)
+        return support::no("page pool, page table, schedule and batch * kv_heads must fit in 32 bits");
+    if (p.n_q_heads / l.n_kv_heads > 65535) return support::no("GQA group too large (grid y)");
+    if (op.src[1].offset % 4 != 0 || op.src[2].offset % 4 != 0)
+        return support::no("q4 ragged pages must start on a 4-byte boundary");
+    return support::yes();
+}
+
+void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const ragged_layout & l = p.kv;
+    const int group = int(p.n_q_heads / l.n_kv_heads);
+    q4_args a{};
+    a.q = dev_ptr<const float>(op.src[0]);
+    a.k_pages = dev_ptr<const uint8_t>(op.src[1]);
+    a.v_pages = dev_ptr<const uint8_t>(op.src[2]);
+    a.indptr = dev_ptr<const int32_t>(op.src[3]);
+    a.indices = dev_ptr<const int32_t>(op.src[4]);
+    a.heads = dev_ptr<const int32_t>(op.src[6]);
+    a.schedule = dev_ptr<const int32_t>(op.src[7]);
+    a.merge = dev_ptr<const int32_t>(op.src[8]);
+    a.out = dev_ptr<float>(op.dst[0]);
+    a.n_kv_heads = int(l.n_kv_heads);
+    a.page_size = int(l.page_size);
+    a.k_total = int(l.k_total);
+    a.v_total = int(l.v_total);
+    a.k_row_bytes = int(l.k_row_bytes);
+    a.v_row_bytes = int(l.v_row_bytes);
+    a.max_width = int(l.max_width);
+    a.group = group;
+    a.qscale = p.scale * kLog2e;
+    if (p.n_tasks > 0) {
+        size_t lse_off = 0;
+        const size_t bytes = ragged_partials_bytes(p.n_tasks, group, l.max_width, &lse_off);
+        char * ws = static_cast<char *>(ctx.workspace(bytes));
+        a.part_o = reinterpret_cast<float *>(ws);
+        a.part_lse = reinterpret_cast<float *>(ws + lse_off);
+        const dim3 grid(unsigned(p.n_tasks), unsigned(group));
+        attn_decode_ragged_q4_kernel<<<grid, kThreads, 0, ctx.stream>>>(a);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+    }
+    ragged_merge_args m{};
+    m.part_o = a.part_o;
+    m.part_lse = a.part_lse;
+    m.merge = a.merge;
+    m.heads = a.heads;
+    m.out = a.out;
+    m.batch = int(p.batch);
+    m.n_kv_heads = a.n_kv_heads;
+    m.group = group;
+    m.v_total = a.v_total;
+    m.max_width = a.max_width;
+    m.n_tasks = int(p.n_tasks);
+    launch_ragged_merge(ctx, m);
+}
+
+}  // namespace kvcomp::cuda
