@@ -8,8 +8,8 @@
 #   saliency estimation), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
 #   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part, PROFILE=0 the per-op profile
 #   of zipcache's prefill (KVCOMP_PROFILE_OPS).
-#   DECODE=0 skips the quantized decode kernels (bench_ops_quant.csv; DECODE_CONTEXTS, default 4K,16K,32K).
-# Writes under $OUT: quant.log, bench_ops_probe.csv (+ _simt), bench_ops_quant.csv, bench_quant_ttft.csv.
+#   (The decode kernels of every method are timed by run_methods.sh.)
+# Writes under $OUT: quant.log, bench_ops_probe.csv (+ _simt), bench_quant_ttft.csv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
@@ -23,10 +23,6 @@ OPS=${OPS:-probe_scores,kv_quantize,kv_dequantize,attn_decode_quant}
     --csv "$OUT/bench_ops_probe.csv"
   KVCOMP_PROBE_SCORES=simt step $B/bench_ops -b cuda -o probe_scores --contexts none --prefill none \
     --commit "$commit" --csv "$OUT/bench_ops_probe_simt.csv"
-  # Decode attention over quantized blocks with the fp16 paged decode of the same run (DECODE=0 skips).
-  [ "${DECODE:-1}" != 0 ] && step $B/bench_ops -b cuda,$OCL_GPU -o attn_decode_quant,attn_decode \
-    --contexts "${DECODE_CONTEXTS:-4K,16K,32K}" --batches 1,16 --prefill none --commit "$commit" \
-    --csv "$OUT/bench_ops_quant.csv"
   if [ "${E2E:-1}" != 0 ]; then
     mkdir -p /tmp/l3_8b
     cp tools/gpu_host/llama3_8b_config.json /tmp/l3_8b/config.json

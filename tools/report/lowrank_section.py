@@ -1,6 +1,7 @@
 """The low-rank KV methods' part of docs/RESULTS.md (ZACK, FDC, Palu; issue 5), from
   eval_lowrank_methods.csv    kvcomp sweep over compression p (tools/report/measure_lowrank_methods.sh)
   bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
+  bench_ops_methods.csv        a later run of every KV method's decode kernel (incl. kv_bits=4 pages)
   bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
 Every number is read from those files; nothing is typed here.
 """
@@ -98,13 +99,17 @@ def _kernels(ops):
         return []
     fp16 = {(r["backend"], r["batch"], r["context"]): float(r["time_ms"]) for r in ops
             if r["op"] == "decode_fp16" and r["time_ms"]}
-    out = ["### Decode attention on uneven ranks (bench_ops, same run as its fp16 row)", "",
+    q4 = any("_q4_" in r["op"] for r in lr)
+    out = ["### Decode attention on uneven ranks" + (" with 4-bit pages" if q4 else "") +
+           " (bench_ops, same run as its fp16 row)", "",
            f"`bench_ops --set none` on {ops[0]['device']}, commit `{ops[0]['commit']}`, {ops[0]['date'][:10]}: 32 query",
            "heads, 8 KV heads (GQA 4), per-KV-head widths of the profile (p50: K 32..128 / V 16..80, half of the",
            "fp16 dims; p70: K 16..80 / V 16..64, 29.7 % of them), page size 16. `plain`: equal token chunks;",
            "`balanced`: tasks costed s_kv·(d_k + d_v + 1), longest first (paper §5.3); `palu`: latent pre-RoPE K",
            "reconstructed and rotated every step (a CUDA-core kernel, no tensor cores). GB/s counts the compressed",
-           "bytes read; the target is time ≤ 1.2 × bytes / copy bandwidth (fraction ≥ 0.83).", "",
+           "bytes read; the target is time ≤ 1.2 × bytes / copy bandwidth (fraction ≥ 0.83)." +
+           (" `lowrank_q4_*`: the same widths stored as 4-bit codes per (token, head) row with an f16 min and step"
+            " (zack/fdc `kv_bits=4`), dequantized in registers." if q4 else ""), "",
            "| kernel | backend | batch | context | time ms | fraction of copy | fp16 decode ms | fp16 / this |",
            "|---|---|---|---|---|---|---|---|"]
     for r in lr:
@@ -149,8 +154,12 @@ def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
-    ops = read_dicts(os.path.join(data_dir, "bench_ops_lowrank_h100.csv"))
-    body = _accuracy(ev) + _ratesearch(rs) + _kernels(ops) + _e2e(be)
+    # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
+    # the kv_bits=4 pages next to the fp16 low-rank pages.
+    kernels = []
+    for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv"):
+        kernels += _kernels(read_dicts(os.path.join(data_dir, name)))
+    body = _accuracy(ev) + _ratesearch(rs) + kernels + _e2e(be)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body

@@ -203,9 +203,9 @@ if ops:
     out += ["", "Other kernels of the same run (the `perf` case list of test_backend_ops) are in `docs/data/bench_ops.csv`.", "",
             img(plots.attention_vs_context(ops, a.plots), "decode attention time versus context"), ""]
 
-# Quantized decode: the newest dedicated run (bench_ops_quant.csv, with its own fp16 rows) if any,
+# Quantized decode: the newest dedicated run (bench_ops_methods.csv, with its own fp16 rows) if any,
 # else the rows of bench_ops.csv.
-qops = rows("bench_ops_quant.csv") or ops
+qops = rows("bench_ops_methods.csv") or ops
 quant = [r for r in qops if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
 if quant:
     fp16 = {(r["api"], r["device"], r["batch"], r["context"]): float(r["time_ms"]) for r in qops
