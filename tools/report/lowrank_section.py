@@ -3,6 +3,7 @@
   bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
   bench_ops_methods.csv        a later run of every KV method's decode kernel (incl. kv_bits=4 pages)
   bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
+  eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -11,7 +12,8 @@ import re
 from bench_table import bench_points, bench_vs_none
 from results_data import provenance, read_dicts
 
-SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv")  # kept out of the generic sections
+SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
+           "eval_lowrank_q4.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -93,6 +95,35 @@ def _ratesearch(rows):
     return out + ["", "(Compression here is 1 − KV bytes / none's bytes, page rounding included.)", ""]
 
 
+def _q4_accuracy(rows):
+    """kv_bits=4 against kv_bits=16 at the same ranks (and without the channel equalization)."""
+    if not rows:
+        return []
+    cells = {}
+    for r in rows:
+        if r["method"] not in LOWRANK:
+            continue
+        o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
+        variant = "16" if o.get("kv_bits", "16") == "16" else ("4, equalize=0" if o.get("equalize") == "0" else "4")
+        key = (r["method"], float(o.get("compression", 0)), variant)
+        c = cells.setdefault(key, {})
+        c[r["task"]] = float(r["value"])
+        c[r["task"] + "_none"] = float(r["baseline_value"])
+        c["ratio"] = float(r["compression_ratio"])
+    out = ["### 4-bit pages on the reduced cache (kv_bits=4, ZACK's combination)", "",
+           f"`tools/report/measure_lowrank_q4.sh` on {provenance(rows)} (the commit column holds the branch the rows",
+           "were written on before its merge): the default model, line retrieval and perplexity at 1K, calibration",
+           "files made by the script, none in the same run. kv_bits=4 stores each (token, head) row of the reduced K″/V″",
+           "as 4-bit codes with an f16 min and step; the channels are first equalized by D = max(σ_j/σ_0, 1/64) folded",
+           "into the bases (equalize=0: without). Compression p 0 is full rank (ranks of the calibration).", "",
+           "| method | p | kv_bits | KV bytes vs none | line retrieval 1K | perplexity 1K | none's perplexity |",
+           "|---|---|---|---|---|---|---|"]
+    for (m, p, v), c in sorted(cells.items()):
+        out.append(f"| {m} | {p:g} | {v} | {c['ratio']:.2f}× smaller | {c.get('line_retrieval', float('nan')):.2f} | "
+                   f"{c.get('perplexity', float('nan')):.2f} | {c.get('perplexity_none', float('nan')):.2f} |")
+    return out + [""]
+
+
 def _kernels(ops):
     lr = [r for r in ops if r["op"].startswith(("decode_lowrank", "decode_palu")) and r["time_ms"]]
     if not lr:
@@ -102,7 +133,7 @@ def _kernels(ops):
     q4 = any("_q4_" in r["op"] for r in lr)
     out = ["### Decode attention on uneven ranks" + (" with 4-bit pages" if q4 else "") +
            " (bench_ops, same run as its fp16 row)", "",
-           f"`bench_ops --set none` on {ops[0]['device']}, commit `{ops[0]['commit']}`, {ops[0]['date'][:10]}: 32 query",
+           f"`bench_ops` decode sweep on {ops[0]['device']}, commit `{ops[0]['commit']}`, {ops[0]['date'][:10]}: 32 query",
            "heads, 8 KV heads (GQA 4), per-KV-head widths of the profile (p50: K 32..128 / V 16..80, half of the",
            "fp16 dims; p70: K 16..80 / V 16..64, 29.7 % of them), page size 16. `plain`: equal token chunks;",
            "`balanced`: tasks costed s_kv·(d_k + d_v + 1), longest first (paper §5.3); `palu`: latent pre-RoPE K",
@@ -154,12 +185,13 @@ def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
+    q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
     for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv"):
         kernels += _kernels(read_dicts(os.path.join(data_dir, name)))
-    body = _accuracy(ev) + _ratesearch(rs) + kernels + _e2e(be)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
