@@ -1,17 +1,19 @@
 // attn_decode_ragged over q4 ragged pages (ragged_layout::bits == 4, zack/fdc kv_bits=4; row format
 // in core/ragged_q4.h): codes and f16 (min, step) read from the pages and dequantized in registers.
 //
-// Kernel attn_decode_ragged_q4_kernel: one block of kThreads per (schedule row, query head of the
-// row's KV head): request b, KV head c, tokens [first, end). Tiles of kThreads tokens:
-//   1. thread j scores token first + j: q.k^ = step * sum_i q_i code_i + min * sum_i q_i, codes read
-//      as 32-bit words of 8 channels (padding codes are 0 and q is zero past k_width); it also
-//      stages its token's V row address and (min, step) in shared memory;
-//   2. block maximum of the tile's scores; online-softmax update in the log2 domain (q pre-scaled
-//      by scale * log2 e);
-//   3. thread j accumulates p * v^ for channels j and j + kThreads over the tile's V rows.
+// Kernel attn_decode_ragged_q4_kernel<QP>: one block of kThreads per (schedule row, QP query heads
+// of the row's KV head): request b, KV head c, tokens [first, end). Tiles of kThreads tokens:
+//   1. thread j scores token first + j for the QP heads: q.k^ = step * sum_i q_i code_i + min *
+//      sum_i q_i, codes read once as 32-bit words of 8 channels (padding codes are 0 and q is zero
+//      past k_width); it also stages its token's V row address and (min, step) in shared memory;
+//   2. per head, the tile's maximum and the online-softmax update in the log2 domain (q pre-scaled
+//      by scale * log2 e), p of every token in shared memory;
+//   3. the block's threads take the (head, channel) pairs of the QP heads' outputs and accumulate
+//      p * v^ over the tile's V rows (the QP heads read the same V codes).
 // The only task of its (b, c) writes out directly; otherwise the task writes the normalized
 // partial output and its log2-denominator (ragged_common.cuh) and launch_ragged_merge combines.
-// A simple kernel (no cp.async staging, one query head per block): first correct, then fast.
+// No cp.async staging yet; QP (4 for Llama-3's GQA) heads per block share the K and V reads (the
+// first version ran one query head per block: 2.7x the fp16 ragged decode time at 16 x 32K).
 #include <climits>
 
 #include "common.cuh"
@@ -23,7 +25,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kMaxWidth = 256;  // max_ragged_width
-constexpr int kPerThread = kMaxWidth / kThreads;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct q4_args {
@@ -49,13 +50,18 @@ __device__ __forceinline__ float q4_param(const uint8_t * row, int i) {
     return __half2float(reinterpret_cast<const __half *>(row)[i]);
 }
 
+template <int QP>
 __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q4_args a) {
-    __shared__ float q_s[kMaxWidth];
-    __shared__ float p_s[kThreads], red_s[32];
+    __shared__ float q_s[QP][kMaxWidth];
+    __shared__ float p_s[QP][kThreads];
+    __shared__ float red_s[kThreads / 32][QP];
+    __shared__ float alpha_s[QP];  // this tile's rescale of each head (read by run-time head index)
     __shared__ float2 vpar_s[kThreads];
     __shared__ const uint8_t * vrow_s[kThreads];
 
-    const int tid = threadIdx.x, task = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, task = blockIdx.x;
+    const int h0 = blockIdx.y * QP;  // this block's first query head of the group
+    const int nh = min(QP, a.group - h0);
     const int32_t * row = a.schedule + 4 * int64_t(task);
     const int b = row[0], c = row[1], first = row[2], end = row[3];
     const ragged_head hd = load_head(a.heads, c);
@@ -69,74 +75,128 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q
     }
     const int krb = q4_row_bytes(hd.k_width), vrb = q4_row_bytes(hd.v_width);
 
-    const float * qg =
-        a.q + int64_t(b) * a.group * a.k_total + int64_t(a.group) * hd.k_offset + int64_t(h) * hd.k_width;
-    for (int d = tid; d < kMaxWidth; d += kThreads) q_s[d] = d < hd.k_width ? qg[d] * a.qscale : 0.0f;
+    for (int e = tid; e < QP * kMaxWidth; e += kThreads) {
+        const int j = e / kMaxWidth, d = e % kMaxWidth;
+        const float * qg = a.q + int64_t(b) * a.group * a.k_total + int64_t(a.group) * hd.k_offset +
+                           int64_t(h0 + j) * hd.k_width;
+        q_s[j][d] = j < nh && d < hd.k_width ? qg[d] * a.qscale : 0.0f;
+    }
     __syncthreads();
-    float qsum = 0.0f;
-    for (int d = 0; d < hd.k_width; ++d) qsum += q_s[d];
-
-    float m_run = -INFINITY, lsum = 0.0f, acc[kPerThread];
+    float qsum[QP];
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) acc[k] = 0.0f;
+    for (int j = 0; j < QP; ++j) {
+        qsum[j] = 0.0f;
+        for (int d = 0; d < hd.k_width; ++d) qsum[j] += q_s[j][d];
+    }
+
+    // Output elements (head j, channel d) of this thread: e = tid + k * kThreads over QP * v_width.
+    constexpr int kPairs = QP * kMaxWidth / kThreads;
+    const int n_pairs = QP * hd.v_width;
+    float m_run[QP], lsum[QP], acc[kPairs];
+#pragma unroll
+    for (int j = 0; j < QP; ++j) m_run[j] = -INFINITY, lsum[j] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) acc[k] = 0.0f;
 
     for (int t0 = first; t0 < end; t0 += kThreads) {
         const int tn = min(kThreads, end - t0);
-        float s = -INFINITY;
+        // 1. Thread tid scores token t0 + tid for every head: each K row is read and unpacked once.
+        float s[QP];
+#pragma unroll
+        for (int j = 0; j < QP; ++j) s[j] = -INFINITY;
         if (tid < tn) {
             const int t = t0 + tid;
             const int64_t pg = a.indices[p0 + t / a.page_size], sl = t % a.page_size;
             const uint8_t * kr =
                 a.k_pages + pg * a.page_size * a.k_row_bytes + int64_t(a.page_size) * k_head + sl * krb;
             const uint32_t * words = reinterpret_cast<const uint32_t *>(kr + 4);
-            float dot = 0.0f;
+            float dot[QP];
+#pragma unroll
+            for (int j = 0; j < QP; ++j) dot[j] = 0.0f;
             for (int wi = 0; wi < (hd.k_width + 7) / 8; ++wi) {
                 const uint32_t u = words[wi];
 #pragma unroll
-                for (int n = 0; n < 8; ++n) dot += q_s[wi * 8 + n] * float((u >> (4 * n)) & 15u);
+                for (int n = 0; n < 8; ++n) {
+                    const float code = float((u >> (4 * n)) & 15u);
+#pragma unroll
+                    for (int j = 0; j < QP; ++j) dot[j] += q_s[j][wi * 8 + n] * code;
+                }
             }
-            s = q4_param(kr, 1) * dot + q4_param(kr, 0) * qsum;
+            const float kmin = q4_param(kr, 0), kstep = q4_param(kr, 1);
+#pragma unroll
+            for (int j = 0; j < QP; ++j) s[j] = kstep * dot[j] + kmin * qsum[j];
             const uint8_t * vr =
                 a.v_pages + pg * a.page_size * a.v_row_bytes + int64_t(a.page_size) * v_head + sl * vrb;
             vrow_s[tid] = vr;
             vpar_s[tid] = make_float2(q4_param(vr, 0), q4_param(vr, 1));
         }
-        const float mt = block_max(s, red_s);  // synchronizes: vrow_s / vpar_s are visible after it
-        const float mn = fmaxf(m_run, mt), alpha = exp2f(m_run - mn);
-        m_run = mn;
-        lsum *= alpha;
+        // 2. Per head: the tile's maximum, the online-softmax update, p and the tile's sum.
+        float mx[QP];
 #pragma unroll
-        for (int k = 0; k < kPerThread; ++k) acc[k] *= alpha;
-        p_s[tid] = tid < tn ? exp2f(s - mn) : 0.0f;
+        for (int j = 0; j < QP; ++j) mx[j] = warp_max(s[j]);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < QP; ++j) red_s[warp][j] = mx[j];
         __syncthreads();
-        for (int j = 0; j < tn; ++j) {
-            const float p = p_s[j];
-            const float2 par = vpar_s[j];
-            const uint8_t * codes = vrow_s[j] + 4;
-            lsum += p;
+        float alpha[QP];
 #pragma unroll
-            for (int k = 0; k < kPerThread; ++k) {
-                const int d = tid + k * kThreads;
-                if (d < hd.v_width)
-                    acc[k] += p * (float((codes[d / 2] >> (4 * (d & 1))) & 15) * par.y + par.x);
+        for (int j = 0; j < QP; ++j) {
+            float mt = red_s[0][j];
+            for (int w = 1; w < kThreads / 32; ++w) mt = fmaxf(mt, red_s[w][j]);
+            const float mn = fmaxf(m_run[j], mt);
+            alpha[j] = exp2f(m_run[j] - mn);
+            m_run[j] = mn;
+            p_s[j][tid] = tid < tn ? exp2f(s[j] - mn) : 0.0f;
+        }
+        if (tid == 0)
+#pragma unroll
+            for (int j = 0; j < QP; ++j) alpha_s[j] = alpha[j];
+        __syncthreads();  // p_s, vrow_s and vpar_s complete; red_s free again
+#pragma unroll
+        for (int j = 0; j < QP; ++j) {
+            float ps = 0.0f;
+            for (int x = 0; x < tn; ++x) ps += p_s[j][x];
+            lsum[j] = lsum[j] * alpha[j] + ps;
+        }
+        // 3. Accumulate p * v^ for this thread's (head, channel) pairs over the tile's V rows.
+#pragma unroll
+        for (int k = 0; k < kPairs; ++k) {
+            const int e = tid + k * kThreads;
+            if (e >= n_pairs) continue;
+            const int j = e / hd.v_width, d = e % hd.v_width;
+            float sum = acc[k] * alpha_s[j];
+            for (int x = 0; x < tn; ++x) {
+                const uint8_t * codes = vrow_s[x] + 4;
+                const float2 par = vpar_s[x];
+                sum += p_s[j][x] * (float((codes[d / 2] >> (4 * (d & 1))) & 15) * par.y + par.x);
             }
+            acc[k] = sum;
         }
         __syncthreads();  // the next tile rewrites p_s and the V rows
     }
 
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    if (tid == 0)
 #pragma unroll
-    for (int k = 0; k < kPerThread; ++k) {
-        const int d = tid + k * kThreads;
-        if (d >= hd.v_width) continue;
+        for (int j = 0; j < QP; ++j) alpha_s[j] = lsum[j] > 0.0f ? 1.0f / lsum[j] : 0.0f;  // now 1 / sum
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+        const int e = tid + k * kThreads;
+        if (e >= n_pairs) continue;
+        const int j = e / hd.v_width, d = e % hd.v_width;
+        if (j >= nh) continue;
+        const int h = h0 + j;
+        const float inv = alpha_s[j];
         if (n_in_list == 1)
-            a.out[int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset +
-                  int64_t(h) * hd.v_width + d] = acc[k] * inv;
+            a.out[int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset + int64_t(h) * hd.v_width + d] =
+                acc[k] * inv;
         else
             a.part_o[(int64_t(task) * a.group + h) * a.max_width + d] = acc[k] * inv;
     }
     if (n_in_list != 1 && tid == 0)
-        a.part_lse[int64_t(task) * a.group + h] = lsum > 0.0f ? m_run + log2f(lsum) : -INFINITY;
+#pragma unroll
+        for (int j = 0; j < QP; ++j)
+            if (j < nh) a.part_lse[int64_t(task) * a.group + h0 + j] = lsum[j] > 0.0f ? m_run[j] + log2f(lsum[j]) : -INFINITY;
 }
 
 }  // namespace
@@ -182,8 +242,15 @@ void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
         char * ws = static_cast<char *>(ctx.workspace(bytes));
         a.part_o = reinterpret_cast<float *>(ws);
         a.part_lse = reinterpret_cast<float *>(ws + lse_off);
-        const dim3 grid(unsigned(p.n_tasks), unsigned(group));
-        attn_decode_ragged_q4_kernel<<<grid, kThreads, 0, ctx.stream>>>(a);
+        // QP query heads of the group per block share each K row's unpacking and each V row's reads.
+        const int qp = group >= 4 ? 4 : group >= 2 ? 2 : 1;
+        const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
+        if (qp == 4)
+            attn_decode_ragged_q4_kernel<4><<<grid, kThreads, 0, ctx.stream>>>(a);
+        else if (qp == 2)
+            attn_decode_ragged_q4_kernel<2><<<grid, kThreads, 0, ctx.stream>>>(a);
+        else
+            attn_decode_ragged_q4_kernel<1><<<grid, kThreads, 0, ctx.stream>>>(a);
         KVCOMP_CUDA_CHECK_LAUNCH();
     }
     ragged_merge_args m{};
