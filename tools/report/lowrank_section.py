@@ -2,6 +2,7 @@
   eval_lowrank_methods.csv    kvcomp sweep over compression p (tools/report/measure_lowrank_methods.sh)
   bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
   bench_ops_methods.csv        a later run of every KV method's decode kernel (incl. kv_bits=4 pages)
+  bench_ops_lowrank_q4_h100.csv  the 4-bit page decode after its multi-head kernel (16 x 32K)
   bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
@@ -189,7 +190,7 @@ def lowrank_section(data_dir, results):
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
-    for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv"):
+    for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv", "bench_ops_lowrank_q4_h100.csv"):
         kernels += _kernels(read_dicts(os.path.join(data_dir, name)))
     body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be)
     if not body:
