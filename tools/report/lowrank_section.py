@@ -133,7 +133,7 @@ def _kernels(ops):
             if r["op"] == "decode_fp16" and r["time_ms"]}
     q4 = any("_q4_" in r["op"] for r in lr)
     out = ["### Decode attention on uneven ranks" + (" with 4-bit pages" if q4 else "") +
-           " (bench_ops, same run as its fp16 row)", "",
+           f" (bench_ops at `{ops[0]['commit']}`, same run as its fp16 row)", "",
            f"`bench_ops` decode sweep on {ops[0]['device']}, commit `{ops[0]['commit']}`, {ops[0]['date'][:10]}: 32 query",
            "heads, 8 KV heads (GQA 4), per-KV-head widths of the profile (p50: K 32..128 / V 16..80, half of the",
            "fp16 dims; p70: K 16..80 / V 16..64, 29.7 % of them), page size 16. `plain`: equal token chunks;",
