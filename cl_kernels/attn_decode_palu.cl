@@ -17,7 +17,7 @@
 //          online-softmax update as attn_decode_ragged.cl;
 //       3. work-item i accumulates p * v for latent features i, i + NT, ... (coalesced rows).
 //     Outputs and partials as attn_decode_ragged.cl. NDRange: local (NT), global (NT * n_tasks).
-//   kvc_attn_decode_palu_merge: as kvc_attn_decode_ragged_merge.
+//   the merge: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl).
 //     NDRange: global (>= MW, n_kv_heads * G, batch).
 // Layout: q f32 [batch, n_kv_heads * G, HD] (post-RoPE); k_pages, v_pages f16 ragged (latents);
 //   heads, schedule, merge as attn_decode_ragged; aux f32: B_c [k_width(c), HD] row-major at
@@ -188,22 +188,4 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
             part[ml_off + ((ulong)task * G + g) * 2 + 1] = lsum[g];
         }
     }
-}
-
-kernel void kvc_attn_decode_palu_merge(global const int * heads, ulong heads_off, global const int * merge,
-                                       ulong merge_off, global float * out, ulong out_off, global const float * part,
-                                       ulong ml_off, int n_kv_heads, int batch, int v_total) {
-    const int d = get_global_id(0);
-    const int h = get_global_id(1);
-    const int b = get_global_id(2);
-    const int c = h / G, g = h % G;
-    heads += heads_off;
-    const int vw = heads[c * 4 + 2], vo = heads[c * 4 + 3];
-    if (d >= vw) return;
-    merge += merge_off;
-    const int i0 = merge[b * n_kv_heads + c], n = merge[b * n_kv_heads + c + 1] - i0;
-    if (n == 1) return;  // written by its task
-    global const int * tasks = merge + batch * n_kv_heads + 1 + i0;
-    out[out_off + (ulong)b * G * v_total + (ulong)G * vo + g * vw + d] =
-        kvc_merge_tasks(part, ml_off, tasks, n, G, MW, g, d);
 }

@@ -22,8 +22,8 @@
 //     accumulators are summed in local memory. The only task of its (b, c) writes the normalized
 //     output; otherwise the task writes its unnormalized output and (m, l) to the scratch buffer.
 //     NDRange: local (NT, 1), global (NT * n_tasks, G / GB).
-//   kvc_attn_decode_ragged_merge: element d of query head h of request b: zeros for a (b, c)
-//     without tasks, nothing for one with a single task, kvc_merge_tasks otherwise.
+//   the merge of rows with several tasks: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl,
+//     shared with the q4 pages and attn_decode_palu).
 //     NDRange: global (>= MW, n_kv_heads * G, batch).
 // Layout: q f32 [batch, G * k_total]; k_pages f16 [n_pages, PAGE_SIZE * k_total] (head c's part
 //   of page p at p * PAGE_SIZE * k_total + PAGE_SIZE * k_offset(c), slot s at + s * k_width(c));
@@ -281,22 +281,4 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
             part[ml_off + ((ulong)task * G + g0 + g) * 2 + 1] = l;
         }
     }
-}
-
-kernel void kvc_attn_decode_ragged_merge(global const int * heads, ulong heads_off, global const int * merge,
-                                         ulong merge_off, global float * out, ulong out_off, global const float * part,
-                                         ulong ml_off, int n_kv_heads, int batch, int v_total) {
-    const int d = get_global_id(0);
-    const int h = get_global_id(1);
-    const int b = get_global_id(2);
-    const int c = h / G, g = h % G;
-    heads += heads_off;
-    const int vw = heads[c * 4 + 2], vo = heads[c * 4 + 3];
-    if (d >= vw) return;
-    merge += merge_off;
-    const int i0 = merge[b * n_kv_heads + c], n = merge[b * n_kv_heads + c + 1] - i0;
-    if (n == 1) return;  // written by its task
-    global const int * tasks = merge + batch * n_kv_heads + 1 + i0;
-    out[out_off + (ulong)b * G * v_total + (ulong)G * vo + g * vw + d] =
-        kvc_merge_tasks(part, ml_off, tasks, n, G, MW, g, d);
 }

@@ -15,7 +15,7 @@
 //     The only task of its (b, c) writes the normalized output; otherwise the task writes its
 //     unnormalized output and (m, l) to the scratch buffer (kvc_merge_tasks' layout).
 //     NDRange: local (NT, 1), global (NT * n_tasks, G).
-//   kvc_attn_decode_ragged_q4_merge: as kvc_attn_decode_ragged_merge (attn_decode_ragged.cl).
+//   the merge: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl).
 //     NDRange: global (>= MW, n_kv_heads * G, batch).
 // Layout: q f32 [batch, G * k_total]; k_pages u8 [n_pages, page_size * k_row_bytes] (head c's rows
 //   at p * page_size * k_row_bytes + page_size * row_offset(c), slot s at + s * row_bytes(k_width(c)),
@@ -140,23 +140,4 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
         part[ml_off + ((ulong)task * G + h) * 2] = m_run;
         part[ml_off + ((ulong)task * G + h) * 2 + 1] = lsum;
     }
-}
-
-kernel void kvc_attn_decode_ragged_q4_merge(global const int * heads, ulong heads_off, global const int * merge,
-                                            ulong merge_off, global float * out, ulong out_off,
-                                            global const float * part, ulong ml_off, int n_kv_heads, int batch,
-                                            int v_total) {
-    const int d = get_global_id(0);
-    const int h = get_global_id(1);
-    const int b = get_global_id(2);
-    const int c = h / G, g = h % G;
-    heads += heads_off;
-    const int vw = heads[c * 4 + 2], vo = heads[c * 4 + 3];
-    if (d >= vw) return;
-    merge += merge_off;
-    const int i0 = merge[b * n_kv_heads + c], n = merge[b * n_kv_heads + c + 1] - i0;
-    if (n == 1) return;  // written by its task
-    global const int * tasks = merge + batch * n_kv_heads + 1 + i0;
-    out[out_off + (ulong)b * G * v_total + (ulong)G * vo + g * vw + d] =
-        kvc_merge_tasks(part, ml_off, tasks, n, G, MW, g, d);
 }

@@ -94,12 +94,7 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
         const size_t global[1] = {size_t(c.nt) * size_t(p.n_tasks)};
         be.launch(k, 1, global, local);
     }
-    cl_kernel mk = be.kernel("attn_decode_palu.cl", defs, "kvc_attn_decode_palu_merge");
-    set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(out), part, ml_off, to_int(p.kv.n_kv_heads),
-             to_int(p.batch), to_int(p.kv.v_total));
-    const size_t mlocal[3] = {size_t(std::min<int64_t>(round_up(size_t(c.mw), 32), 128)), 1, 1};
-    const size_t mglobal[3] = {size_t(c.mw), size_t(p.n_q_heads), size_t(p.batch)};
-    be.launch(mk, 3, mglobal, mlocal);
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
 }
 
 }  // namespace kvcomp::cl

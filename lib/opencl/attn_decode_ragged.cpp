@@ -73,12 +73,7 @@ void run_q4(cl_backend & be, const op_desc & op) {
         const size_t global[2] = {size_t(nt) * size_t(p.n_tasks), size_t(g)};
         be.launch(k, 2, global, local);
     }
-    cl_kernel mk = be.kernel("attn_decode_ragged_q4.cl", defs, "kvc_attn_decode_ragged_q4_merge");
-    set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(out), part, ml_off, to_int(p.kv.n_kv_heads),
-             to_int(p.batch), to_int(p.kv.v_total));
-    const size_t mlocal[3] = {size_t(std::min<int64_t>(round_up(size_t(p.kv.max_width), 32), 128)), 1, 1};
-    const size_t mglobal[3] = {size_t(p.kv.max_width), size_t(p.n_q_heads), size_t(p.batch)};
-    be.launch(mk, 3, mglobal, mlocal);
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
 }
 
 }  // namespace
@@ -131,13 +126,18 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
         const size_t global[2] = {size_t(c.nt) * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
-    // Rows with several tasks are merged, rows without any get zeros (the host alone knows the
-    // table's contents on the device, so this runs for every row and skips single-task rows).
-    cl_kernel mk = be.kernel("attn_decode_ragged.cl", defs, "kvc_attn_decode_ragged_merge");
-    set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(out), part, ml_off, to_int(p.kv.n_kv_heads),
-             to_int(p.batch), to_int(p.kv.v_total));
-    const size_t mlocal[3] = {size_t(std::min<int64_t>(round_up(size_t(c.mw), 32), 128)), 1, 1};
-    const size_t mglobal[3] = {size_t(c.mw), size_t(p.n_q_heads), size_t(p.batch)};
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+}
+
+void merge_ragged_tasks(cl_backend & be, const op_desc & op, const ragged_layout & kv, int64_t batch,
+                        int64_t n_q_heads, const split_partials & partials) {
+    defines defs;
+    defs.add("G", n_q_heads / kv.n_kv_heads).add("MW", kv.max_width);
+    cl_kernel mk = be.kernel("attn_decode_ragged_merge.cl", defs, "kvc_attn_decode_ragged_merge");
+    set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(op.dst[0]), partials.part, partials.ml_off,
+             to_int(kv.n_kv_heads), to_int(batch), to_int(kv.v_total));
+    const size_t mlocal[3] = {size_t(std::min<int64_t>(round_up(size_t(kv.max_width), 32), 128)), 1, 1};
+    const size_t mglobal[3] = {size_t(kv.max_width), size_t(n_q_heads), size_t(batch)};
     be.launch(mk, 3, mglobal, mlocal);
 }
 

@@ -179,6 +179,13 @@ inline split_partials task_partials_for(cl_backend & be, const tensor & out, int
     const size_t rows = size_t(n_tasks * group);
     return {be.scratch((rows * size_t(max_width) + rows * 2) * sizeof(float)), cl_ulong(rows * size_t(max_width))};
 }
+// Merges the task partials of a ragged decode op (attn_decode_ragged, attn_decode_palu: heads in
+// src6, the merge table in src8, out in dst0) for every (request, query head) row
+// (cl_kernels/attn_decode_ragged_merge.cl). Runs for every row: the host does not know the
+// table's contents on the device, and rows without tasks get zeros.
+void merge_ragged_tasks(cl_backend & be, const op_desc & op, const ragged_layout & kv, int64_t batch,
+                        int64_t n_q_heads, const split_partials & partials);
+
 inline cl_ulong elem_off(const tensor & t) {
     return cl_ulong(t.offset / dtype_size(t.type));
 }
