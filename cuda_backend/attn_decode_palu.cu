@@ -257,11 +257,7 @@ void run_attn_decode_palu(context & ctx, const op_desc & op) {
     a.qscale = p.scale * kLog2e;
 
     if (p.n_tasks > 0) {
-        size_t lse_off = 0;
-        const size_t bytes = ragged_partials_bytes(p.n_tasks, group, l.max_width, &lse_off);
-        char * ws = static_cast<char *>(ctx.workspace(bytes));
-        a.part_o = reinterpret_cast<float *>(ws);
-        a.part_lse = reinterpret_cast<float *>(ws + lse_off);
+        take_ragged_partials(ctx, a, p.n_tasks, group);
         const size_t smem = palu_smem_bytes(l.max_width, p.head_dim);
         if (smem > 48 * 1024)
             KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_palu_kernel,
@@ -270,19 +266,7 @@ void run_attn_decode_palu(context & ctx, const op_desc & op) {
         attn_decode_palu_kernel<<<grid, kThreads, smem, ctx.stream>>>(a);
         KVCOMP_CUDA_CHECK_LAUNCH();
     }
-    ragged_merge_args m{};
-    m.part_o = a.part_o;
-    m.part_lse = a.part_lse;
-    m.merge = a.merge;
-    m.heads = a.heads;
-    m.out = a.out;
-    m.batch = a.batch;
-    m.n_kv_heads = a.n_kv_heads;
-    m.group = group;
-    m.v_total = a.v_total;
-    m.max_width = a.max_width;
-    m.n_tasks = a.n_tasks;
-    launch_ragged_merge(ctx, m);
+    merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
 }
 
 }  // namespace kvcomp::cuda

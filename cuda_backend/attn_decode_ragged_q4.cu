@@ -237,11 +237,7 @@ void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
     a.group = group;
     a.qscale = p.scale * kLog2e;
     if (p.n_tasks > 0) {
-        size_t lse_off = 0;
-        const size_t bytes = ragged_partials_bytes(p.n_tasks, group, l.max_width, &lse_off);
-        char * ws = static_cast<char *>(ctx.workspace(bytes));
-        a.part_o = reinterpret_cast<float *>(ws);
-        a.part_lse = reinterpret_cast<float *>(ws + lse_off);
+        take_ragged_partials(ctx, a, p.n_tasks, group);
         // QP query heads of the group per block share each K row's unpacking and each V row's reads.
         const int qp = group >= 4 ? 4 : group >= 2 ? 2 : 1;
         const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
@@ -253,19 +249,7 @@ void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
             attn_decode_ragged_q4_kernel<1><<<grid, kThreads, 0, ctx.stream>>>(a);
         KVCOMP_CUDA_CHECK_LAUNCH();
     }
-    ragged_merge_args m{};
-    m.part_o = a.part_o;
-    m.part_lse = a.part_lse;
-    m.merge = a.merge;
-    m.heads = a.heads;
-    m.out = a.out;
-    m.batch = int(p.batch);
-    m.n_kv_heads = a.n_kv_heads;
-    m.group = group;
-    m.v_total = a.v_total;
-    m.max_width = a.max_width;
-    m.n_tasks = int(p.n_tasks);
-    launch_ragged_merge(ctx, m);
+    merge_ragged_rows(ctx, a, int(p.batch), group, int(p.n_tasks));
 }
 
 }  // namespace kvcomp::cuda

@@ -72,4 +72,35 @@ inline size_t ragged_partials_bytes(int64_t n_tasks, int64_t group, int64_t max_
     return o + size_t(n_tasks * group) * sizeof(float);
 }
 
+
+// The two steps every ragged decode op (attn_decode_ragged on fp16 and q4 pages, attn_decode_palu)
+// shares around its task kernel. A: its kernel arguments, with part_o, part_lse, merge, heads, out,
+// n_kv_heads, v_total and max_width fields.
+// Points a.part_o / a.part_lse at the workspace's partials of n_tasks tasks.
+template <typename A>
+void take_ragged_partials(context & ctx, A & a, int64_t n_tasks, int64_t group) {
+    size_t lse_off = 0;
+    const size_t bytes = ragged_partials_bytes(n_tasks, group, a.max_width, &lse_off);
+    char * ws = static_cast<char *>(ctx.workspace(bytes));
+    a.part_o = reinterpret_cast<float *>(ws);
+    a.part_lse = reinterpret_cast<float *>(ws + lse_off);
+}
+// Merges the rows with several tasks (and zeroes rows without any): after the task kernel.
+template <typename A>
+void merge_ragged_rows(context & ctx, const A & a, int batch, int group, int n_tasks) {
+    ragged_merge_args m{};
+    m.part_o = a.part_o;
+    m.part_lse = a.part_lse;
+    m.merge = a.merge;
+    m.heads = a.heads;
+    m.out = a.out;
+    m.batch = batch;
+    m.n_kv_heads = a.n_kv_heads;
+    m.group = group;
+    m.v_total = a.v_total;
+    m.max_width = a.max_width;
+    m.n_tasks = n_tasks;
+    launch_ragged_merge(ctx, m);
+}
+
 }  // namespace kvcomp::cuda
