@@ -44,6 +44,7 @@ struct options {
     std::vector<int64_t> batches{1, 16};
     std::vector<std::pair<int64_t, int64_t>> prefill{{1, 4096}, {16, 4096}, {1, 32768}};  // batch x length
     std::vector<int64_t> worker_scales{1};  // low-rank decode schedules for compute_units x each
+    std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
     int reps = 20, warmup = 3;
     int64_t copy_mib = 0;  // 0: by device kind
     std::string csv, commit = KVCOMP_GIT_SHA;
@@ -65,6 +66,9 @@ void usage() {
         "                    rows of scale s > 1 are named decode_lowrank_*_xS_*); each profile also\n"
         "                    runs decode_lowrank_q4_balanced_* (kv_bits=4 pages, core/ragged_q4.h;\n"
         "                    bytes = the q4 rows read)\n"
+        "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
+        "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
+        "                    (default fp16,quant,lowrank)\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
@@ -149,6 +153,13 @@ bool parse(int argc, char ** argv, options & o) {
             o.prefill = parse_prefill(value());
         } else if (a == "--worker-scales") {
             o.worker_scales = parse_sizes(value());
+        } else if (a == "--sweeps") {
+            o.sweeps.clear();
+            for (const auto & sw : split(value())) {
+                if (sw != "fp16" && sw != "quant" && sw != "lowrank" && sw != "none")
+                    throw std::invalid_argument("--sweeps: unknown sweep '" + sw + "' (fp16, quant, lowrank, none)");
+                if (sw != "none") o.sweeps.insert(sw);
+            }
         } else if (a == "--reps") {
             o.reps = std::max(1, std::stoi(value()));
         } else if (a == "--warmup") {
@@ -297,7 +308,8 @@ bool bench_device(const device_entry & dev, const options & o) {
         }
     }
     // 3. Paged fp16 decode attention sweep (the uncompressed baseline of every method).
-    for (int64_t batch : o.batches)
+    const auto sweep = [&](const char * name) { return o.sweeps.count(name) > 0; };
+    for (int64_t batch : sweep("fp16") ? o.batches : std::vector<int64_t>{})
         for (int64_t ctx : o.contexts) {
             decode_spec s;
             s.lens.assign(size_t(batch), ctx);
@@ -313,7 +325,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
     for (const char * layout : {"zipcache", "kivi2"})
-        for (int64_t batch : o.batches)
+        for (int64_t batch : sweep("quant") ? o.batches : std::vector<int64_t>{})
             for (int64_t ctx : o.contexts) {
                 case_ptr c = make_attn_decode_quant_case(layout, batch, ctx);
                 row w;
@@ -334,7 +346,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     // More tasks than compute units (scale > 1) lets several work-groups share a unit: what the
     // fp16 kernels do to keep enough loads in flight.
     for (const auto & prof : profiles)
-        for (int64_t scale : o.worker_scales)
+        for (int64_t scale : sweep("lowrank") ? o.worker_scales : std::vector<int64_t>{})
             for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
                 for (int64_t batch : o.batches)
                     for (int64_t ctx : o.contexts) {

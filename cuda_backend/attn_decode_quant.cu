@@ -60,7 +60,7 @@ namespace {
 using namespace dq;
 using dq_args = dq::args;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kMinItemsPerSplit = 3;  // a split's pipeline fill and partial write cost ~1 item
+constexpr int kMinItemsPerSplit = 3;  // SIMT: a split's pipeline fill and partial write cost ~1 item
 
 // Code of channel k of a lane's CPL channels as F = 1 + code / 2^BITS (see the banner).
 template <int BITS, int CPL>
@@ -401,11 +401,6 @@ int cpl_for(int qp) {
     return qp <= 4 ? 16 : 8;
 }
 
-// Stage size: one block's header + head region, or at least one window token (K and V rows).
-int64_t stage_bytes_for(const qblock_layout & q) {
-    return std::max<int64_t>(16 + q.head_bytes(), 4 * q.head_dim);
-}
-
 template <int D, int QP>
 struct dq_variant {
     static constexpr int CPL = QP <= 4 ? 16 : 8;
@@ -484,12 +479,14 @@ bool use_mma(const qblock_layout & q) {
     return mma_requested() && mma_handles(q, nullptr);
 }
 
-// Stages: three when they fit the default shared memory, else two; 0 when two do not fit.
+// Stages: the tensor-core kernel's per-warp rings (mma_handles checked that they fit); the SIMT
+// kernel's block ring: three when they fit the default shared memory, else two; 0 when two do not fit.
 int stages_for(const qblock_layout & q, bool mma, int qp) {
     const int64_t stage = std::min<int64_t>(stage_bytes_for(q), INT_MAX / 4);
+    if (mma) return mma_stages(int(stage));
     const int D = int(q.head_dim);
     for (int n = 3; n >= 2; --n)
-        if ((mma ? mma_smem_bytes(D, int(stage), n) : smem_for(D, qp, int(stage), n)) <= kSmemLimit) return n;
+        if (smem_for(D, qp, int(stage), n) <= kSmemLimit) return n;
     return 0;
 }
 
@@ -586,8 +583,9 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     if (splits <= 0) {
         const int64_t slots =
             int64_t(ctx.sm_count) * (mma ? mma_blocks_per_sm(D, a.cscale, smem) : dispatch(D, qp, ctx, a, 0, smem));
+        const int64_t min_items = mma ? kMmaMinItemsPerSplit : kMinItemsPerSplit;
         const int64_t max_splits =
-            std::min(std::max<int64_t>(1, est_items / kMinItemsPerSplit), 2 * ceil_div(slots, work) + 1);
+            std::min(std::max<int64_t>(1, est_items / min_items), 2 * ceil_div(slots, work) + 1);
         double best = 0.0;
         splits = 1;
         for (int64_t s = 1; s <= max_splits; ++s) {

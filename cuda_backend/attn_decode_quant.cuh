@@ -8,13 +8,15 @@
 // (partial blocks) loses nothing.
 // Staging: one item per stage of a shared-memory ring. A block item is the slot's 16-byte header
 // followed by the KV head's region of the slot (vscale, hi segment, lo segment: contiguous), copied
-// in 16-byte cp.async chunks by the whole thread block. A window item is K rows [win_chunk][D] then
+// in 16-byte cp.async chunks by the group that consumes it (the whole thread block in the SIMT
+// kernel's block ring, one warp in the tensor-core kernel's per-warp rings). A window item is K rows [win_chunk][D] then
 // V rows [win_chunk][D] (f16); tokens past the window are zero-filled without a global read.
 // Invalid inputs a kernel cannot refuse (the CPU reference throws; the host validates): block
 // ranges are clamped to the index array, slot numbers to the pool; an invalid window (len outside
 // [0, win_tokens], start outside the ring, row outside the rows) counts as empty.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -85,46 +87,60 @@ struct items {
         return min(a.win_chunk, w_len - (item - n_blk) * a.win_chunk);
     }
 
-    // Starts the copies of item `it` (relative) of KV head g into its stage of the ring and commits
-    // one cp.async group (empty past the split's items, so group counts line up).
+    // Copies item `item` (absolute item number) of KV head g into `stage`: threads tid, tid +
+    // nthreads, ... of the copying group (the block, or one warp) take its 16-byte chunks.
     template <int D>
-    __device__ __forceinline__ void issue(const args & a, int g, uint8_t * ring, int it, int slot_nr) const {
-        if (it < n_it) {
-            const int item = it_begin + it;
-            uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
-            if (item < n_blk) {
-                const uint8_t * src = a.pool + int64_t(slot_nr) * a.slot_bytes;
-                const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
-                const int n_chunks = int(1 + a.head_bytes / 16);
-                for (int k = threadIdx.x; k < n_chunks; k += kThreads)
-                    cp_async16(stage + 16 * k, k == 0 ? src : head + 16 * (k - 1), 16);
-            } else {
-                constexpr int RC = D / 8;  // 16-byte chunks per row
-                const int j0 = (item - n_blk) * a.win_chunk;
-                const int per_kv = a.win_chunk * RC;
-                for (int k = threadIdx.x; k < 2 * per_kv; k += kThreads) {
-                    const int kv = k / per_kv, jj = (k % per_kv) / RC, part = k % RC;
-                    const int j = j0 + jj;
-                    const bool valid = j < w_len;
-                    const __half * base = kv ? a.win_v : a.win_k;
-                    const int64_t off =
-                        valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens + (w_start + j) % a.win_tokens) * D +
-                                    part * 8
-                              : 0;
-                    cp_async16(stage + (int64_t(kv * a.win_chunk + jj) * D + part * 8) * 2, base + off,
-                               valid ? 16 : 0);
-                }
+    __device__ __forceinline__ void copy_item(const args & a, int g, uint8_t * stage, int item, int slot_nr, int tid,
+                                              int nthreads) const {
+        if (item < n_blk) {
+            const uint8_t * src = a.pool + int64_t(slot_nr) * a.slot_bytes;
+            const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
+            const int n_chunks = int(1 + a.head_bytes / 16);
+            for (int k = tid; k < n_chunks; k += nthreads)
+                cp_async16(stage + 16 * k, k == 0 ? src : head + 16 * (k - 1), 16);
+        } else {
+            constexpr int RC = D / 8;  // 16-byte chunks per row
+            const int j0 = (item - n_blk) * a.win_chunk;
+            const int per_kv = a.win_chunk * RC;
+            for (int k = tid; k < 2 * per_kv; k += nthreads) {
+                const int kv = k / per_kv, jj = (k % per_kv) / RC, part = k % RC;
+                const int j = j0 + jj;
+                const bool valid = j < w_len;
+                const __half * base = kv ? a.win_v : a.win_k;
+                const int64_t off =
+                    valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens + (w_start + j) % a.win_tokens) * D +
+                                part * 8
+                          : 0;
+                cp_async16(stage + (int64_t(kv * a.win_chunk + jj) * D + part * 8) * 2, base + off, valid ? 16 : 0);
             }
         }
+    }
+
+    // Starts the copies of item `it` (relative) of KV head g into its stage of the block's ring
+    // and commits one cp.async group (empty past the split's items, so group counts line up).
+    template <int D>
+    __device__ __forceinline__ void issue(const args & a, int g, uint8_t * ring, int it, int slot_nr) const {
+        if (it < n_it)
+            copy_item<D>(a, g, ring + (it % a.n_stages) * a.stage_bytes, it_begin + it, slot_nr, threadIdx.x, kThreads);
         cp_async_commit();
     }
 };
 
+// Stage size: one block's header + head region, or at least one window token (K and V rows).
+inline int64_t stage_bytes_for(const qblock_layout & q) {
+    return std::max<int64_t>(16 + q.head_bytes(), 4 * q.head_dim);
+}
+
 // ---- the tensor-core kernel (attn_decode_quant_mma.cu) ---------------------------------------
-// Whether it handles a layout (head_dim 64/128, v_group a multiple of 16); the reason when not.
+// Whether it handles a layout on the current device (head_dim 64/128, v_group a multiple of 16,
+// every warp's ring of two stages fits the device's shared memory); the reason when not.
 bool mma_handles(const qblock_layout & q, std::string * why);
 // Query heads per block (GQA groups larger than this use several head chunks).
 constexpr int kMmaHeads = 4;
+// Items a split should hold at least: each warp streams its own items, two each at the least.
+constexpr int kMmaMinItemsPerSplit = 2 * kWarps;
+// Stages of each warp's ring (two, three for small items) and the block's shared memory.
+int mma_stages(int stage_bytes);
 size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages);
 int mma_blocks_per_sm(int head_dim, bool cscale, size_t smem);
 void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem);

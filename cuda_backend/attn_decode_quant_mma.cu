@@ -4,8 +4,12 @@
 //
 // Kernel attn_decode_quant_mma_kernel<D, CS>: one block of 128 threads (4 warps) per (request, KV
 //   head, chunk of 4 query heads, split); D = head_dim (64, 128), CS = channel scales present.
-//   Items and their staging as in attn_decode_quant.cuh; the warps take an item's 16-token tiles
-//   round robin (hi segment, then lo; window chunks alike).
+//   Items as in attn_decode_quant.cuh. Each warp streams its own items (warp w takes the split's
+//   items w, w + 4, ...): it copies them with cp.async into a ring of its own (2 stages, 3 for
+//   items of <= 4 KiB) and computes every 16-token tile of an item itself, so the item loop has
+//   no block barrier, only __syncwarp. (The first version shared each item among the 4 warps with
+//   two __syncthreads per item: 2 tiles per warp per ~10 KiB item left it latency-bound at 0.2
+//   of the copy bandwidth on an H100.) The per-item q' fragments are the warp's too.
 //
 // Algebra. With F = 2^b + code (exact in f16: exponent b, the code in the top b mantissa bits, so
 // a code becomes an f16 operand with one rotate and one and-or), a dequantized key is
@@ -44,6 +48,7 @@
 // Precision: scores as with fp32 q' (hi + lo), p' as hi + lo f16; error well below the 1e-6 NMSE
 // budget of tests/backend_ops_quant_cases.cpp.
 #include <climits>
+#include <cstdint>
 
 #include "attn_decode_quant.cuh"
 #include "decode_common.cuh"
@@ -53,14 +58,18 @@ namespace kvcomp::cuda::dq {
 namespace {
 
 constexpr int QH = kMmaHeads;  // query heads per block: the 8 mma columns are their (hi, lo)
-constexpr int kSlots = 3;      // q fragments: hi segment, lo segment, window
 static_assert(QH == 4, "the column layout (2 per head, 8 per mma) assumes 4 heads");
 
-// Shared memory: q [QH][D] f32 | q fragments [kSlots][D/32][32 lanes] uint4 | bias partials
-// [2 segments][QH][D/32] f32 | ring of n_stages stages (reused by the final warp merge).
+// Shared memory: q [QH][D] f32 | the window's q fragments [D/32][32 lanes] uint4 | per warp: its
+// q fragments [2 segments][D/32][32 lanes] uint4, then its ring of n_stages stages. The warps'
+// area is reused by the final warp merge.
 template <int D>
 __host__ __device__ constexpr size_t fixed_smem() {
-    return size_t(QH) * D * 4 + size_t(kSlots) * D * 16 + size_t(2) * QH * (D / 32) * 4;
+    return size_t(QH) * D * 4 + size_t(D) * 16;
+}
+template <int D>
+__host__ __device__ constexpr size_t warp_smem(int stage_bytes, int n_stages) {
+    return size_t(2) * D * 16 + size_t(stage_bytes) * size_t(n_stages);
 }
 template <int D>
 __host__ __device__ constexpr size_t merge_smem() {
@@ -88,28 +97,46 @@ __device__ __forceinline__ int kfrag_pos(int c, int col) {
     return ((kk >> 1) * 32 + 4 * col + t) * 8 + (kk & 1) * 4 + reg * 2 + half;
 }
 
-// q' = q * kstep (or q for the window, kstep == nullptr) as hi/lo f16 in fragment order into
-// slot `qf`, and the per-head partial sums of q (kmin - 2^BITS kstep) per 32 channels.
-template <int D, int BITS>
-__device__ __forceinline__ void setup_q(const float * q_s, const __half * kmin, const __half * kstep, __half * qf,
-                                        float * bias_part) {
-    for (int idx = threadIdx.x; idx < QH * D; idx += kThreads) {  // a warp: 32 channels of one head
+// The window's q fragments (q itself, natural channel order) into `qf`, by the whole block.
+template <int D>
+__device__ __forceinline__ void setup_window_q(const float * q_s, __half * qf) {
+    for (int idx = threadIdx.x; idx < QH * D; idx += kThreads) {
         const int h = idx / D, c = idx % D;
         const float qv = q_s[idx];
-        float qp = qv, bp = 0.0f;
-        if constexpr (BITS > 0) {
-            const float ks = __half2float(kstep[c]);
-            qp = qv * ks;
-            bp = qv * (__half2float(kmin[c]) - float(1 << BITS) * ks);
-        }
-        const __half hi = __float2half_rn(qp);
-        qf[kfrag_pos<BITS>(c, 2 * h)] = hi;
-        qf[kfrag_pos<BITS>(c, 2 * h + 1)] = __float2half_rn(qp - __half2float(hi));
-        if constexpr (BITS > 0) {
-            bp = warp_sum(bp);
-            if ((idx & 31) == 0) bias_part[h * (D / 32) + c / 32] = bp;
+        const __half hi = __float2half_rn(qv);
+        qf[kfrag_pos<0>(c, 2 * h)] = hi;
+        qf[kfrag_pos<0>(c, 2 * h + 1)] = __float2half_rn(qv - __half2float(hi));
+    }
+}
+
+// One warp: q' = q * kstep of a segment as hi/lo f16 in fragment order into the warp's slot `qf`
+// (lane l takes channels l, l + 32, ...; qr[h][cc] = q of head h, channel cc * 32 + lane);
+// returns the segment's bias sum_c q_c (kmin_c - 2^BITS kstep_c) of head lane % 4.
+template <int D, int BITS>
+__device__ __forceinline__ float setup_q_warp(const float (&qr)[QH][D / 32], const __half * kmin,
+                                              const __half * kstep, __half * qf, int lane) {
+    float bp[QH];
+#pragma unroll
+    for (int h = 0; h < QH; ++h) bp[h] = 0.0f;
+#pragma unroll
+    for (int cc = 0; cc < D / 32; ++cc) {
+        const int c = cc * 32 + lane;
+        const float ks = __half2float(kstep[c]);
+        const float d = __half2float(kmin[c]) - float(1 << BITS) * ks;
+        const int pos = kfrag_pos<BITS>(c, 0);  // column col adds 32 * col halves
+#pragma unroll
+        for (int h = 0; h < QH; ++h) {
+            const float qp = qr[h][cc] * ks;
+            const __half hi = __float2half_rn(qp);
+            qf[pos + 64 * h] = hi;
+            qf[pos + 64 * h + 32] = __float2half_rn(qp - __half2float(hi));
+            bp[h] = fmaf(qr[h][cc], d, bp[h]);
         }
     }
+#pragma unroll
+    for (int h = 0; h < QH; ++h) bp[h] = warp_sum(bp[h]);
+    const int t = lane & 3;
+    return t == 0 ? bp[0] : t == 1 ? bp[1] : t == 2 ? bp[2] : bp[3];
 }
 
 // Two codes (at bits [o, o + BITS) and [o + 16, o + 16 + BITS) of x, o = (10 - BITS - rot) mod 32)
@@ -207,18 +234,40 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
     const int w1 = P >= 8 ? 0 : (t + 4) / P, j1 = (t + 4) % P;
     const int rot0 = (10 - BITS - j0 * BITS) & 31, rot1 = (10 - BITS - j1 * BITS) & 31;
     const int ra = min(tok0 + g, sv.n - 1), rb = min(tok0 + g + 8, sv.n - 1);  // masked: a valid row
-    const uint32_t * ka = reinterpret_cast<const uint32_t *>(sv.seg + sv.kcodes + ra * RB);
-    const uint32_t * kb = reinterpret_cast<const uint32_t *>(sv.seg + sv.kcodes + rb * RB);
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint8_t * ka = sv.seg + sv.kcodes + ra * RB;
+    const uint8_t * kb = sv.seg + sv.kcodes + rb * RB;
+    // At 2 and 4 bits the pairs t and t + 4 of all k16 steps cover every word of the two rows:
+    // read them whole, 16 bytes at a time (rows are 16-byte aligned in the stage). At 8 bits the
+    // lane needs half of the words: read those one by one.
+    constexpr int WPK = BITS / 2;  // code words per k16 step
+    constexpr int RW = BITS <= 4 ? RB / 4 : 1;
+    uint32_t kwa[RW], kwb[RW];
+    if constexpr (BITS <= 4) {
+#pragma unroll
+        for (int i = 0; i < RW / 4; ++i) {
+            const uint4 x = reinterpret_cast<const uint4 *>(ka)[i], y = reinterpret_cast<const uint4 *>(kb)[i];
+            kwa[4 * i] = x.x, kwa[4 * i + 1] = x.y, kwa[4 * i + 2] = x.z, kwa[4 * i + 3] = x.w;
+            kwb[4 * i] = y.x, kwb[4 * i + 1] = y.y, kwb[4 * i + 2] = y.z, kwb[4 * i + 3] = y.w;
+        }
+    }
+    auto kword = [&](const uint8_t * row, const uint32_t (&w)[RW], int i) {
+        if constexpr (BITS <= 4)
+            return w[i];
+        else
+            return reinterpret_cast<const uint32_t *>(row)[i];
+    };
+    // Two accumulators (even and odd k16 steps) halve the chain of dependent mma.
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int kk = 0; kk < MT; ++kk) {
-        constexpr int WPK = BITS / 2;  // code words per k16 step
-        const uint32_t af[4] = {code_pair<BITS>(ka[kk * WPK + w0], rot0), code_pair<BITS>(kb[kk * WPK + w0], rot0),
-                                code_pair<BITS>(ka[kk * WPK + w1], rot1), code_pair<BITS>(kb[kk * WPK + w1], rot1)};
-        mma_16816(s, af, bq[kk][0], bq[kk][1]);
+        const uint32_t af[4] = {code_pair<BITS>(kword(ka, kwa, kk * WPK + w0), rot0),
+                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w0), rot0),
+                                code_pair<BITS>(kword(ka, kwa, kk * WPK + w1), rot1),
+                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w1), rot1)};
+        mma_16816(kk & 1 ? s2 : s, af, bq[kk][0], bq[kk][1]);
     }
-    const float s0 = tok0 + g < sv.n ? s[0] + s[1] + bias : -INFINITY;
-    const float s1 = tok0 + g + 8 < sv.n ? s[2] + s[3] + bias : -INFINITY;
+    const float s0 = tok0 + g < sv.n ? (s[0] + s2[0]) + (s[1] + s2[1]) + bias : -INFINITY;
+    const float s1 = tok0 + g + 8 < sv.n ? (s[2] + s2[2]) + (s[3] + s2[3]) + bias : -INFINITY;
     float p0, p1;
     softmax2<D, CS>(st, s0, s1, p0, p1);
 
@@ -235,6 +284,24 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
         const int tok = tok0 + 2 * t + (k & 1) + (k >> 1) * 8;  // tokens 2t, 2t+1, 2t+8, 2t+9
         vr[k] = reinterpret_cast<const uint32_t *>(sv.seg + sv.vcodes + min(tok, sv.n - 1) * RB);
     }
+    // At 2 bits the lane needs every word of its four rows (wv = 0): read them 16 bytes at a time.
+    constexpr int VW = BITS == 2 ? RB / 4 : 1;
+    uint32_t vw[4][VW];
+    if constexpr (BITS == 2) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int i = 0; i < VW / 4; ++i) {
+                const uint4 x = reinterpret_cast<const uint4 *>(vr[k])[i];
+                vw[k][4 * i] = x.x, vw[k][4 * i + 1] = x.y, vw[k][4 * i + 2] = x.z, vw[k][4 * i + 3] = x.w;
+            }
+    }
+    auto vword = [&](int k, int i) {
+        if constexpr (BITS == 2)
+            return vw[k][i];
+        else
+            return vr[k][i];
+    };
     const __half * vstep = reinterpret_cast<const __half *>(sv.seg + sv.vstep);
     const __half * vmin = reinterpret_cast<const __half *>(sv.seg + a.seg_vmin);
     const int mpg = a.v_group / 16;  // m-tiles per value group
@@ -251,7 +318,8 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
             st.vb[m] = fmaf(p0, d0, fmaf(p1, d1, st.vb[m]));
         }
         const int wi = m * (BITS / 2) + wv;
-        const uint32_t x01 = __byte_perm(vr[0][wi], vr[1][wi], sel), x23 = __byte_perm(vr[2][wi], vr[3][wi], sel);
+        const uint32_t x01 = __byte_perm(vword(0, wi), vword(1, wi), sel);
+        const uint32_t x23 = __byte_perm(vword(2, wi), vword(3, wi), sel);
         const uint32_t af[4] = {code_pair<BITS>(x01, rot_a), code_pair<BITS>(x01, rot_b), code_pair<BITS>(x23, rot_a),
                                 code_pair<BITS>(x23, rot_b)};
         mma_16816(acc[m], af, b0, b1);
@@ -339,13 +407,14 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
     constexpr int MT = D / 16;
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
-    uint4 * qf = smem + QH * D / 4;
-    __half * qf_h = reinterpret_cast<__half *>(qf);
-    float * bias_part = reinterpret_cast<float *>(qf + kSlots * D);
-    uint8_t * ring = reinterpret_cast<uint8_t *>(smem) + fixed_smem<D>();
-    constexpr int slot_u4 = D;  // uint4 per q-fragment slot ((D/32) * 32)
+    uint4 * qf_win = smem + QH * D / 4;
+    uint8_t * warps_area = reinterpret_cast<uint8_t *>(smem) + fixed_smem<D>();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t = lane & 3, g = lane >> 2;
+    uint8_t * my_area = warps_area + size_t(warp) * warp_smem<D>(a.stage_bytes, a.n_stages);
+    uint4 * qf_seg = reinterpret_cast<uint4 *>(my_area);  // [2 segments][D] uint4
+    uint8_t * ring = my_area + size_t(2) * D * 16;
+
     int64_t bid = blockIdx.x;
     const int split = int(bid % a.n_splits);
     bid /= a.n_splits;
@@ -362,12 +431,29 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
         q_s[idx] = i < nh ? a.q[(int64_t(b) * a.n_q_heads + h0 + i) * D + idx % D] * a.qscale : 0.0f;
     }
     __syncthreads();
-    setup_q<D, 0>(q_s, nullptr, nullptr, qf_h + 2 * slot_u4 * 8, nullptr);  // window slot, read after a barrier
+    setup_window_q<D>(q_s, reinterpret_cast<__half *>(qf_win));
+    float qr[QH][D / 32];  // this lane's channels of q for the segments' q' (setup_q_warp)
+#pragma unroll
+    for (int h = 0; h < QH; ++h)
+#pragma unroll
+        for (int cc = 0; cc < D / 32; ++cc) qr[h][cc] = q_s[h * D + cc * 32 + lane];
+    __syncthreads();  // the window fragments are visible to every warp; the last block-wide barrier
+                      // before the merge
 
-    int next_slot = its.slot(a, 0);
-    for (int s = 0; s < a.n_stages - 1; ++s) {
-        its.template issue<D>(a, kvh, ring, s, next_slot);
-        next_slot = its.slot(a, s + 1);
+    // This warp's items: the split's items warp + k * kWarps, k < n_mine; item k in stage k % ns.
+    const int ns = a.n_stages;
+    const int n_mine = its.n_it > warp ? (its.n_it - warp + kWarps - 1) / kWarps : 0;
+    auto rel = [&](int k) { return warp + k * kWarps; };
+    auto issue = [&](int k, int slot_nr) {  // one cp.async group per call, empty past the items
+        if (k < n_mine)
+            its.template copy_item<D>(a, kvh, ring + (k % ns) * a.stage_bytes, its.it_begin + rel(k), slot_nr, lane,
+                                      32);
+        cp_async_commit();
+    };
+    int next_slot = its.slot(a, rel(0));
+    for (int k = 0; k < ns - 1; ++k) {
+        issue(k, next_slot);
+        next_slot = its.slot(a, rel(k + 1));
     }
 
     wstate<D, CS> st;
@@ -379,69 +465,58 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
     }
     const int mpg = a.v_group / 16;
 
-    for (int it = 0; it < its.n_it; ++it) {
-        if (a.n_stages == 3)
+    for (int k = 0; k < n_mine; ++k) {
+        if (ns == 3)
             cp_async_wait<1>();
         else
             cp_async_wait<0>();
-        __syncthreads();  // item it has landed; every warp is done with item it-1 (stage, q fragments)
-        its.template issue<D>(a, kvh, ring, it + a.n_stages - 1, next_slot);
-        next_slot = its.slot(a, it + a.n_stages);
+        __syncwarp();  // item k has landed for every lane; every lane is done with item k-1
+        issue(k + ns - 1, next_slot);
+        next_slot = its.slot(a, rel(k + ns));
 
-        const uint8_t * stage = ring + (it % a.n_stages) * a.stage_bytes;
-        const int item = its.it_begin + it;
+        const uint8_t * stage = ring + (k % ns) * a.stage_bytes;
+        const int item = its.it_begin + rel(k);
+        if constexpr (CS) item_begin(st);
         if (item < its.n_blk) {
             const int32_t * hdr = reinterpret_cast<const int32_t *>(stage);
             const int n_hi = min(max(hdr[0], 0), a.cap[0]), n_lo = min(max(hdr[1], 0), a.cap[1]);
             const uint8_t * head = stage + 16;
+            float bias[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
-                if ((s ? n_lo : n_hi) == 0) continue;  // block-uniform
+                if ((s ? n_lo : n_hi) == 0) continue;  // warp-uniform
                 const uint8_t * seg = head + a.seg_off[s];
                 const __half * kmin = reinterpret_cast<const __half *>(seg);
                 const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
-                __half * dst = qf_h + s * slot_u4 * 8;
-                float * bp = bias_part + s * QH * (D / 32);
+                __half * dst = reinterpret_cast<__half *>(qf_seg + s * D);
                 switch (a.bits[s]) {
-                    case 2: setup_q<D, 2>(q_s, kmin, kstep, dst, bp); break;
-                    case 4: setup_q<D, 4>(q_s, kmin, kstep, dst, bp); break;
-                    default: setup_q<D, 8>(q_s, kmin, kstep, dst, bp); break;
+                    case 2: bias[s] = setup_q_warp<D, 2>(qr, kmin, kstep, dst, lane); break;
+                    case 4: bias[s] = setup_q_warp<D, 4>(qr, kmin, kstep, dst, lane); break;
+                    default: bias[s] = setup_q_warp<D, 8>(qr, kmin, kstep, dst, lane); break;
                 }
             }
-            __syncthreads();
-            const int hs = (n_hi + 15) / 16, n_tiles = hs + (n_lo + 15) / 16;
-            if constexpr (CS)
-                if (warp < n_tiles) item_begin(st);
-            for (int ti = warp; ti < n_tiles; ti += kWarps) {  // uniform per warp
-                const int s = ti >= hs ? 1 : 0;
-                float bias = 0.0f;
+            __syncwarp();  // the fragments are visible to the whole warp
 #pragma unroll
-                for (int k = 0; k < D / 32; ++k) bias += bias_part[(s * QH + t) * (D / 32) + k];
-                const seg_view sv{head + (s ? a.seg_off[1] : a.seg_off[0]), s ? a.seg_vstep[1] : a.seg_vstep[0],
-                                  s ? a.seg_kcodes[1] : a.seg_kcodes[0], s ? a.seg_vcodes[1] : a.seg_vcodes[0],
-                                  s ? n_lo : n_hi};
-                const int tok0 = (s ? ti - hs : ti) * 16;
-                const uint4 * q = qf + s * slot_u4;
-                switch (s ? a.bits[1] : a.bits[0]) {
-                    case 2: quant_tile<D, 2, CS>(st, sv, a, tok0, q, bias, lane); break;
-                    case 4: quant_tile<D, 4, CS>(st, sv, a, tok0, q, bias, lane); break;
-                    default: quant_tile<D, 8, CS>(st, sv, a, tok0, q, bias, lane); break;
+            for (int s = 0; s < 2; ++s) {
+                const int n = s ? n_lo : n_hi;
+                const seg_view sv{head + a.seg_off[s], a.seg_vstep[s], a.seg_kcodes[s], a.seg_vcodes[s], n};
+                const uint4 * q = qf_seg + s * D;
+                for (int tok0 = 0; tok0 < n; tok0 += 16) {
+                    switch (a.bits[s]) {
+                        case 2: quant_tile<D, 2, CS>(st, sv, a, tok0, q, bias[s], lane); break;
+                        case 4: quant_tile<D, 4, CS>(st, sv, a, tok0, q, bias[s], lane); break;
+                        default: quant_tile<D, 8, CS>(st, sv, a, tok0, q, bias[s], lane); break;
+                    }
                 }
             }
-            if constexpr (CS)
-                if (warp < n_tiles) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);
+            if constexpr (CS) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);
         } else {
             const int n_w = its.window_tokens(a, item);
-            const int n_tiles = (n_w + 15) / 16;
-            if constexpr (CS)
-                if (warp < n_tiles) item_begin(st);
-            for (int ti = warp; ti < n_tiles; ti += kWarps)
-                window_tile<D, CS>(st, stage, a.win_chunk, ti * 16, n_w, qf + 2 * slot_u4, lane);
-            if constexpr (CS)
-                if (warp < n_tiles) item_end(st, nullptr, mpg, lane);
+            for (int tok0 = 0; tok0 < n_w; tok0 += 16) window_tile<D, CS>(st, stage, a.win_chunk, tok0, n_w, qf_win, lane);
+            if constexpr (CS) item_end(st, nullptr, mpg, lane);
         }
     }
-    // Groups still outstanding are empty; wait anyway so no copy lands in the ring reused below.
+    // Groups still outstanding are empty; wait anyway so no copy lands in the area reused below.
     cp_async_wait<0>();
 
     if constexpr (!CS) {  // the values' group offsets, summed over the head's lanes
@@ -454,10 +529,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
         }
     }
     st.l = head_sum(st.l);
-    __syncthreads();  // every warp is done with the ring
-    float * sm_o = reinterpret_cast<float *>(ring);  // [kWarps][QH][D]
-    float * sm_m = sm_o + kWarps * QH * D;           // [kWarps][QH]
-    float * sm_l = sm_m + kWarps * QH;               // [kWarps][QH]
+    __syncthreads();  // every warp is done with its area
+    float * sm_o = reinterpret_cast<float *>(warps_area);  // [kWarps][QH][D]
+    float * sm_m = sm_o + kWarps * QH * D;                 // [kWarps][QH]
+    float * sm_l = sm_m + kWarps * QH;                     // [kWarps][QH]
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         float2 v = make_float2(st.o[m][0] + st.o[m][1], st.o[m][2] + st.o[m][3]);
@@ -481,6 +556,21 @@ const void * pick(int head_dim, bool cscale) {
     return cscale ? kernel_ptr<128, true>() : kernel_ptr<128, false>();
 }
 
+// The largest dynamic shared memory a block of the current device may opt in to.
+int smem_optin_limit() {
+    int dev = 0, v = 0;
+    KVCOMP_CUDA_CHECK(cudaGetDevice(&dev));
+    KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+}
+
+// Raises a kernel's dynamic shared-memory limit past the default 48 KiB when needed.
+void allow_smem(int head_dim, bool cscale, size_t smem) {
+    if (smem > 48 * 1024)
+        KVCOMP_CUDA_CHECK(
+            cudaFuncSetAttribute(pick(head_dim, cscale), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
 }  // namespace
 
 bool mma_handles(const qblock_layout & q, std::string * why) {
@@ -492,22 +582,37 @@ bool mma_handles(const qblock_layout & q, std::string * why) {
         if (why) *why = "v_group " + std::to_string(q.v_group) + " (tensor-core kernel: a multiple of 16)";
         return false;
     }
+    const int64_t stage = stage_bytes_for(q);
+    const size_t need = stage > (INT_MAX / 4) ? SIZE_MAX : mma_smem_bytes(int(q.head_dim), int(stage), mma_stages(int(stage)));
+    if (need > size_t(smem_optin_limit())) {
+        if (why)
+            *why = "a block's region of one KV head (" + std::to_string(q.head_bytes()) +
+                   " bytes) needs " + std::to_string(need) + " bytes of shared memory for the tensor-core kernel's " +
+                   "per-warp rings, more than the device allows (" + std::to_string(smem_optin_limit()) + ")";
+        return false;
+    }
     return true;
 }
 
+int mma_stages(int stage_bytes) {
+    return stage_bytes <= 4096 ? 3 : 2;
+}
+
 size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages) {
-    const size_t ring = size_t(stage_bytes) * size_t(n_stages);
-    return head_dim == 64 ? fixed_smem<64>() + std::max(ring, merge_smem<64>())
-                          : fixed_smem<128>() + std::max(ring, merge_smem<128>());
+    if (head_dim == 64)
+        return fixed_smem<64>() + std::max(kWarps * warp_smem<64>(stage_bytes, n_stages), merge_smem<64>());
+    return fixed_smem<128>() + std::max(kWarps * warp_smem<128>(stage_bytes, n_stages), merge_smem<128>());
 }
 
 int mma_blocks_per_sm(int head_dim, bool cscale, size_t smem) {
+    allow_smem(head_dim, cscale, smem);
     int n = 0;
     KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pick(head_dim, cscale), kThreads, smem));
     return n > 0 ? n : 1;
 }
 
 void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem) {
+    allow_smem(head_dim, a.cscale, smem);
     if (head_dim == 64) {
         if (a.cscale)
             attn_decode_quant_mma_kernel<64, true><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
