@@ -220,20 +220,29 @@ struct seg_view {
     int n;                      // tokens stored
 };
 
-// One tile of 16 tokens [tok0, tok0 + 16) of a quantized segment (n > tok0).
-template <int D, int BITS, bool CS>
-__device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & sv, const args & a, int tok0,
-                                           const uint4 * qf, float bias, int lane) {
+// Row of a segment tile's token j (j < 16): tokens 2i and 2i + 1 trade rows when i is odd. Softmax
+// does not care about token order, and scores and values use the same rows, so any permutation is
+// exact; this one spreads a 4-bit value fragment's four rows (tokens 2t, 2t+1, 2t+8, 2t+9 of the
+// four t, 64-byte rows) over two bank groups instead of one: 2-way shared-memory conflicts, not 4.
+__device__ __forceinline__ int tile_row(int j) {
+    return j ^ ((j >> 1) & 1);
+}
+
+// Scores of the 16-token tile at tok0 of a quantized segment: this lane's head t for tile tokens g
+// (.x) and g + 8 (.y), i.e. rows tok0 + tile_row(g), + tile_row(g + 8); log2 units, -inf for rows
+// past the segment. Those are read clamped to its last row (always in the stage), so a tile past the
+// end is harmless.
+template <int D, int BITS>
+__device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, const uint32_t (&bq)[D / 16][2],
+                                               float bias, int lane) {
     constexpr int MT = D / 16, RB = D * BITS / 8, P = 16 / BITS;
     const int g = lane >> 2, t = lane & 3;
-    uint32_t bq[MT][2];
-    load_qfrag<D>(qf, bq, lane);
-
-    // Scores. Pair t: word w0, index j0; pair t + 4: word w1, index j1 (of each k16 step).
+    // Pair t: word w0, index j0; pair t + 4: word w1, index j1 (of each k16 step).
     const int w0 = P >= 4 ? 0 : t / P, j0 = t % P;
     const int w1 = P >= 8 ? 0 : (t + 4) / P, j1 = (t + 4) % P;
     const int rot0 = (10 - BITS - j0 * BITS) & 31, rot1 = (10 - BITS - j1 * BITS) & 31;
-    const int ra = min(tok0 + g, sv.n - 1), rb = min(tok0 + g + 8, sv.n - 1);  // masked: a valid row
+    const int ta = tok0 + tile_row(g), tb = tok0 + tile_row(g + 8);
+    const int ra = min(ta, sv.n - 1), rb = min(tb, sv.n - 1);  // masked: a valid row
     const uint8_t * ka = sv.seg + sv.kcodes + ra * RB;
     const uint8_t * kb = sv.seg + sv.kcodes + rb * RB;
     // At 2 and 4 bits the pairs t and t + 4 of all k16 steps cover every word of the two rows:
@@ -266,12 +275,19 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
                                 code_pair<BITS>(kword(kb, kwb, kk * WPK + w1), rot1)};
         mma_16816(kk & 1 ? s2 : s, af, bq[kk][0], bq[kk][1]);
     }
-    const float s0 = tok0 + g < sv.n ? (s[0] + s2[0]) + (s[1] + s2[1]) + bias : -INFINITY;
-    const float s1 = tok0 + g + 8 < sv.n ? (s[2] + s2[2]) + (s[3] + s2[3]) + bias : -INFINITY;
-    float p0, p1;
-    softmax2<D, CS>(st, s0, s1, p0, p1);
+    return make_float2(ta < sv.n ? (s[0] + s2[0]) + (s[1] + s2[1]) + bias : -INFINITY,
+                       tb < sv.n ? (s[2] + s2[2]) + (s[3] + s2[3]) + bias : -INFINITY);
+}
 
-    // Values: lane g's code pair of m-tile m is at bit 2g*BITS of the m-tile's BITS/2 words.
+// Values of the tile at tok0 weighted by this lane's softmax weights p0 (tile token g) and p1
+// (tile token g + 8) of head t; gshift = log2(m-tiles per value group).
+template <int D, int BITS, bool CS>
+__device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view & sv, const args & a, int tok0,
+                                             float p0, float p1, int gshift, int lane) {
+    constexpr int MT = D / 16, RB = D * BITS / 8;
+    const int g = lane >> 2, t = lane & 3;
+    const int ra = min(tok0 + tile_row(g), sv.n - 1), rb = min(tok0 + tile_row(g + 8), sv.n - 1);
+    // Lane g's code pair of m-tile m is at bit 2g*BITS of the m-tile's BITS/2 words.
     const int wv = (g * BITS) / 16;                         // word within the m-tile
     const int bb = ((2 * g * BITS) % 32) / 8;               // its first byte
     const int o = (2 * g * BITS) % 8;                       // bit offset within that byte
@@ -281,7 +297,7 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
     const uint32_t * vr[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const int tok = tok0 + 2 * t + (k & 1) + (k >> 1) * 8;  // tokens 2t, 2t+1, 2t+8, 2t+9
+        const int tok = tok0 + tile_row(2 * t + (k & 1) + (k >> 1) * 8);  // tile tokens 2t, 2t+1, 2t+8, 2t+9
         vr[k] = reinterpret_cast<const uint32_t *>(sv.seg + sv.vcodes + min(tok, sv.n - 1) * RB);
     }
     // At 2 bits the lane needs every word of its four rows (wv = 0): read them 16 bytes at a time.
@@ -304,13 +320,13 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
     };
     const __half * vstep = reinterpret_cast<const __half *>(sv.seg + sv.vstep);
     const __half * vmin = reinterpret_cast<const __half *>(sv.seg + a.seg_vmin);
-    const int mpg = a.v_group / 16;  // m-tiles per value group
+    const int gmask = (1 << gshift) - 1;
     auto & acc = st.acc();
     uint32_t b0 = 0, b1 = 0;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-        if (m % mpg == 0) {  // a new value group: its p' operand
-            const int G = m / mpg;
+        if ((m & gmask) == 0) {  // a new value group: its p' operand
+            const int G = m >> gshift;
             const float vs0 = __half2float(vstep[ra * a.groups + G]), vs1 = __half2float(vstep[rb * a.groups + G]);
             const float d0 = __half2float(vmin[ra * a.groups + G]) - float(1 << BITS) * vs0;
             const float d1 = __half2float(vmin[rb * a.groups + G]) - float(1 << BITS) * vs1;
@@ -323,6 +339,25 @@ __device__ __forceinline__ void quant_tile(wstate<D, CS> & st, const seg_view & 
         const uint32_t af[4] = {code_pair<BITS>(x01, rot_a), code_pair<BITS>(x01, rot_b), code_pair<BITS>(x23, rot_a),
                                 code_pair<BITS>(x23, rot_b)};
         mma_16816(acc[m], af, b0, b1);
+    }
+}
+
+// Every tile of a quantized segment (n > 0), software-pipelined: the next tile's scores are
+// computed between this tile's softmax and its values, independent work the scheduler can
+// interleave (a warp streams alone through its items, so its own ILP hides the mma and shared-
+// memory latencies). The last segment tile computes one tile of scores past the end (masked).
+template <int D, int BITS, bool CS>
+__device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view & sv, const args & a,
+                                              const uint4 * qf, float bias, int gshift, int lane) {
+    uint32_t bq[D / 16][2];
+    load_qfrag<D>(qf, bq, lane);
+    float2 s = quant_scores<D, BITS>(sv, 0, bq, bias, lane);
+    for (int tok0 = 0; tok0 < sv.n; tok0 += 16) {
+        float p0, p1;
+        softmax2<D, CS>(st, s.x, s.y, p0, p1);
+        const float2 next = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, lane);
+        quant_values<D, BITS, CS>(st, sv, a, tok0, p0, p1, gshift, lane);
+        s = next;
     }
 }
 
@@ -463,7 +498,8 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
         for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
         st.vb[m] = 0.0f;
     }
-    const int mpg = a.v_group / 16;
+    const int mpg = a.v_group / 16;        // m-tiles per value group: a power of two (16 << gshift
+    const int gshift = __ffs(mpg) - 1;     // divides head_dim)
 
     for (int k = 0; k < n_mine; ++k) {
         if (ns == 3)
@@ -499,14 +535,13 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const a
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
                 const int n = s ? n_lo : n_hi;
+                if (n == 0) continue;
                 const seg_view sv{head + a.seg_off[s], a.seg_vstep[s], a.seg_kcodes[s], a.seg_vcodes[s], n};
                 const uint4 * q = qf_seg + s * D;
-                for (int tok0 = 0; tok0 < n; tok0 += 16) {
-                    switch (a.bits[s]) {
-                        case 2: quant_tile<D, 2, CS>(st, sv, a, tok0, q, bias[s], lane); break;
-                        case 4: quant_tile<D, 4, CS>(st, sv, a, tok0, q, bias[s], lane); break;
-                        default: quant_tile<D, 8, CS>(st, sv, a, tok0, q, bias[s], lane); break;
-                    }
+                switch (a.bits[s]) {
+                    case 2: quant_segment<D, 2, CS>(st, sv, a, q, bias[s], gshift, lane); break;
+                    case 4: quant_segment<D, 4, CS>(st, sv, a, q, bias[s], gshift, lane); break;
+                    default: quant_segment<D, 8, CS>(st, sv, a, q, bias[s], gshift, lane); break;
                 }
             }
             if constexpr (CS) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);

@@ -491,12 +491,18 @@ TEST_P(requant_engine_on, batched_flushes_match_single_requests_and_runs_are_det
     const auto both = forced_logprobs(cfg, seqs, 30);  // 80 and 64 forced tokens: flushes together
     const auto again = forced_logprobs(cfg, seqs, 30);
     EXPECT_EQ(both, again) << "same seed, same log-probs";
+    // Alone and batched, a GPU decode kernel may split a request's tokens differently (the split
+    // count fills the device for the whole batch), so its attention differs in the last bits; each
+    // flush of recompress=all re-rounds every cached token, and a last-bit difference that moves
+    // one 2-bit code moves later log-probs by ~1e-3 (measured on an H100: 1.8e-3 at token 56 of
+    // 64). The CPU reference does not split: the tight tolerance holds there.
+    const double tol = test::logprob_tolerance(GetParam()) * (GetParam().rfind("cuda", 0) == 0 ? 5 : 1);
     for (size_t b = 0; b < seqs.size(); ++b) {
         const auto alone = forced_logprobs(cfg, {seqs[b]}, 30)[0];
         ASSERT_EQ(alone.size(), both[b].size());
         for (size_t i = 0; i < alone.size(); ++i)
-            EXPECT_NEAR(alone[i], both[b][i], test::logprob_tolerance(GetParam()))
-                << "request " << b << " token " << i;
+            EXPECT_NEAR(alone[i], both[b][i], tol) << "request " << b << " token " << i;
+        EXPECT_LE(mean_abs_diff(alone, both[b]), test::logprob_tolerance(GetParam())) << "request " << b;
     }
 }
 
