@@ -75,7 +75,8 @@ const char * op_label(op_type t) {
                                          "argmax", "kv_append", "attn_decode", "attn_prefill",
                                          "kv_quantize", "attn_decode_quant", "probe_scores",
                                          "head_project", "kv_append_ragged", "attn_decode_ragged",
-                                         "attn_prefill_ragged", "attn_decode_palu", "kv_dequantize"};
+                                         "attn_prefill_ragged", "attn_decode_palu", "kv_dequantize",
+                                         "select_salient"};
     static_assert(sizeof(names) / sizeof(names[0]) == size_t(op_type::count), "op_label is out of date");
     return size_t(t) < size_t(op_type::count) ? names[size_t(t)] : "?";
 }
@@ -168,6 +169,7 @@ class cuda_backend : public backend {
             case op_type::kv_dequantize: return supports_kv_dequantize(op);
             case op_type::attn_decode_quant: return supports_attn_decode_quant(op);
             case op_type::probe_scores: return supports_probe_scores(op);
+            case op_type::select_salient: return supports_select_salient(op);
             case op_type::head_project: return supports_head_project(op);
             case op_type::kv_append_ragged: return supports_kv_append_ragged(op);
             case op_type::attn_decode_ragged: return supports_attn_decode_ragged(op);
@@ -256,6 +258,7 @@ class cuda_backend : public backend {
             case op_type::kv_dequantize: run_kv_dequantize(ctx_, op); break;
             case op_type::attn_decode_quant: run_attn_decode_quant(ctx_, op); break;
             case op_type::probe_scores: run_probe_scores(ctx_, op); break;
+            case op_type::select_salient: run_select_salient(ctx_, op); break;
             case op_type::head_project: run_head_project(ctx_, op); break;
             case op_type::kv_append_ragged: run_kv_append_ragged(ctx_, op); break;
             case op_type::attn_decode_ragged: run_attn_decode_ragged(ctx_, op); break;

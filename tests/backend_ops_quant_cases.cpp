@@ -7,6 +7,7 @@
 //                                         (core/qblock.h): the same bits on every backend
 //   attn_decode_quant  nmse    1e-6       as attn_decode; dequantization may fuse multiply-add
 //   probe_scores       nmse    1e-6       fp32 exp and sums in any order
+//   select_salient     exact   -          an exact selection over correctly rounded fp64 quotients
 #include "backend_ops_quant_cases.h"
 
 #include <algorithm>
@@ -409,6 +410,76 @@ op_desc probe_scores_case::build(const std::vector<tensor> & v) const {
 
 // ---------------------------------------------------------------------------------------------
 
+select_salient_case::select_salient_case(const select_spec & s) : s_(s) {
+    auto cdiv = [](int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; };
+    int64_t owned = 0;
+    for (size_t b = 0; b < s.prompts.size(); ++b) {
+        const auto [n, n_hi] = s.prompts[b];
+        const int64_t nb = std::max(cdiv(n_hi, s.hi_tokens), cdiv(n - n_hi, s.lo_tokens));
+        n_tokens_ += s.gap;
+        table_.insert(table_.end(), {int32_t(n_tokens_), int32_t(n), int32_t(n_hi), int32_t(n_blocks_)});
+        n_tokens_ += n;
+        n_blocks_ += nb + (b == 0 ? 1 : 0);
+        owned += nb;
+    }
+    const int64_t G = s.hi_tokens + s.lo_tokens;
+    add_tensor("sums", dtype::f32, {s.kv_heads, n_tokens_}, tensor_role::input);
+    add_tensor("count", dtype::i32, {n_tokens_}, tensor_role::input);
+    add_tensor("prompts", dtype::i32, {int64_t(s.prompts.size()), 4}, tensor_role::input);
+    host_tensor & rows =
+        add_tensor("rows", dtype::i32, {n_blocks_, s.kv_heads, G}, tensor_role::output, compare_kind::exact);
+    rows.expect_written = owned * s.kv_heads * G;
+}
+std::string select_salient_case::vars() const {
+    std::ostringstream os;
+    os << "kv_heads=" << s_.kv_heads << ",hi=" << s_.hi_tokens << ",lo=" << s_.lo_tokens << ",prompts=";
+    // Long uniform lists (perf) as "16x4096/1639".
+    const auto & p = s_.prompts;
+    if (p.size() > 4 && std::all_of(p.begin(), p.end(), [&](const auto & e) { return e == p[0]; }))
+        os << p.size() << "x" << p[0].first << "/" << p[0].second;
+    else
+        for (size_t b = 0; b < p.size(); ++b) os << (b ? "," : "") << p[b].first << "/" << p[b].second;
+    os << ",values=" << s_.values;
+    return os.str();
+}
+void select_salient_case::init(test_rng & rng) {
+    host_tensor & sums = tensors_[0];
+    int32_t * count = tensors_[1].as<int32_t>();
+    // Counts: mostly small (so that level * count ties are exact), some zero (score 0 whatever
+    // the sum), some large.
+    for (int64_t c = 0; c < n_tokens_; ++c) {
+        const int64_t r = rng.below(10);
+        count[c] = r == 0 ? 0 : r < 8 ? int32_t(1 + rng.below(6)) : int32_t(1 + rng.below(5000));
+    }
+    const float levels[] = {0.0f, 0.125f, 0.25f, 0.5f, 1.0f, 3.0f};
+    for (int64_t h = 0; h < s_.kv_heads; ++h)
+        for (int64_t c = 0; c < n_tokens_; ++c) {
+            float x;
+            if (s_.values == "spread")
+                x = std::fabs(rng.normal()) * std::pow(10.0f, -3.0f * float(rng.uniform()));
+            else
+                x = levels[rng.below(6)] * float(count[c]);
+            if (s_.values == "special") {
+                const float specials[] = {NAN, -0.0f, -1.5f, INFINITY, 1e-40f, 3e-45f, -INFINITY, 0.0f};
+                if (rng.below(8) == 0) x = specials[rng.below(8)];
+            }
+            set_float(sums, h * n_tokens_ + c, x);
+        }
+    put_i32(tensors_[2], table_);
+}
+op_desc select_salient_case::build(const std::vector<tensor> & v) const {
+    select_salient_params p;
+    p.n_kv_heads = s_.kv_heads;
+    p.n_tokens = n_tokens_;
+    p.n_prompts = int64_t(s_.prompts.size());
+    p.n_blocks = n_blocks_;
+    p.hi_tokens = s_.hi_tokens;
+    p.lo_tokens = s_.lo_tokens;
+    return make_op(p, {v[0], v[1], v[2]}, {v[3]});
+}
+
+// ---------------------------------------------------------------------------------------------
+
 namespace {
 
 // ZipCache's default block (G = 100: 40 salient tokens at 4 bits, 60 at 2 bits, CST values).
@@ -508,6 +579,28 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<probe_scores_case>(spec(zipcache_layout(1, 64), 4, {}, {}, 16, f32),
                                                     std::vector<int64_t>{0, 17}, std::vector<int64_t>{0, 3}, false));
         }
+        // select_salient: ZipCache's block (40/60) with ragged prompts (an empty one, one token,
+        // block-boundary counts 200/80 and 201/81), n_hi = 0 and n_hi = n with odd segments (7/9),
+        // single-segment layouts (ratio 0: hi 0; ratio 1: lo 0), GQA KV head counts 1/2/8, ties,
+        // spread and special (NaN, -0, negative, inf, subnormal) sums.
+        auto sel = [&](int64_t kvh, int32_t hi, int32_t lo, std::vector<std::pair<int64_t, int64_t>> prompts,
+                       const char * values) {
+            select_spec sp;
+            sp.kv_heads = kvh, sp.hi_tokens = hi, sp.lo_tokens = lo;
+            sp.prompts = std::move(prompts), sp.values = values;
+            add(std::make_unique<select_salient_case>(sp));
+        };
+        sel(2, 40, 60, {{1000, 400}, {37, 15}, {1, 1}, {0, 0}, {200, 80}, {201, 81}}, "ties");
+        sel(1, 7, 9, {{100, 0}, {100, 100}, {33, 14}, {16, 7}}, "ties");
+        sel(2, 40, 60, {{300, 120}, {77, 31}}, "special");
+        if (set == case_set::full) {
+            sel(8, 40, 60, {{4099, 1640}}, "spread");
+            sel(8, 40, 60, {{513, 206}, {2, 1}, {999, 400}}, "ties");
+            sel(2, 0, 100, {{250, 0}, {100, 0}}, "ties");
+            sel(2, 32, 0, {{70, 70}, {64, 64}}, "spread");
+            // A 128K-token prompt (the longest context the engine ranks).
+            sel(2, 40, 60, {{131077, 52431}}, "ties");
+        }
     } else {
         // Perf: Llama-3-8B decode shapes (32/8 heads of 128) at 4K x 16 and 32K x 1 tokens.
         const bool cpu = set == case_set::perf_cpu;
@@ -531,6 +624,11 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
                                                 std::vector<int64_t>(size_t(n_req), 4096 / s),
                                                 std::vector<int64_t>(size_t(n_req), 410 / s), false));
+        // The ranking of that prefill (8 KV heads, ZipCache's 40/60 block, ratio 0.4).
+        select_spec ss;
+        ss.kv_heads = 8, ss.gap = 0;
+        ss.prompts.assign(size_t(n_req), {4096 / s, 4096 / s - (4096 / s) * 6 / 10});
+        add(std::make_unique<select_salient_case>(ss));
     }
 }
 

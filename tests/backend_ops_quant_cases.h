@@ -1,6 +1,9 @@
-// Test cases of the quantized-KV ops (kv_quantize, kv_dequantize, attn_decode_quant, probe_scores; contracts in
+// Test cases of the quantized-KV ops (kv_quantize, kv_dequantize, attn_decode_quant, probe_scores,
+// select_salient; contracts in
 // lib/core/op.h and lib/core/qblock.h). Internal to tests/ and bench/, like backend_ops_cases_impl.h.
 #pragma once
+
+#include <utility>
 
 #include "backend_ops_cases.h"
 
@@ -92,6 +95,36 @@ class probe_scores_case : public test_case {
     int64_t n_keys_ = 0, n_probes_ = 0;
     bool use_lse_;
     void add_tensors();
+};
+
+// select_salient over a step of prompts: prompts[b] = (n ranked tokens, n_hi), each after `gap`
+// unranked step rows; one unowned block after the first prompt's (not written by contract).
+// values: "ties" (sums = level * count: many exactly equal quotients, zero counts), "spread"
+// (positive sums over four decades), "special" (ties plus NaN, -0, negative, infinite and
+// subnormal sums). Rows compared exactly.
+struct select_spec {
+    int64_t kv_heads = 2;
+    int32_t hi_tokens = 40, lo_tokens = 60;
+    std::vector<std::pair<int64_t, int64_t>> prompts;
+    std::string values = "ties";
+    int64_t gap = 3;
+};
+
+class select_salient_case : public test_case {
+  public:
+    explicit select_salient_case(const select_spec & s);
+    op_type op() const override { return op_type::select_salient; }
+    std::string vars() const override;
+    double max_nmse() const override { return 0.0; }  // integers compared exactly
+    op_desc build(const std::vector<tensor> & v) const override;
+
+  protected:
+    void init(test_rng & rng) override;
+
+  private:
+    select_spec s_;
+    int64_t n_tokens_ = 0, n_blocks_ = 0;
+    std::vector<int32_t> table_;  // (first_row, n, n_hi, first_block) per prompt
 };
 
 // Decode attention over quantized blocks at Llama-3-8B head shapes (32/8 heads of 128), batch x

@@ -29,30 +29,38 @@ std::vector<int32_t> prompt_probes(int64_t len, double recent_frac, double rando
     return probes;
 }
 
-std::vector<double> normalized_scores(const float * sums, const std::vector<int32_t> & key_pos,
-                                      const std::vector<int32_t> & probe_pos, nnz_mode mode, int32_t last_pos) {
-    // The prefill calls this per prompt, KV head and layer between device steps (the device waits),
-    // with ascending keys and probes: then the probe count is one merge walk, not a search per key.
+std::vector<int64_t> normalization_counts(const std::vector<int32_t> & key_pos,
+                                          const std::vector<int32_t> & probe_pos, nnz_mode mode,
+                                          int32_t last_pos) {
+    // The prefill calls this per prompt, with ascending keys and probes: then the probe count is one
+    // merge walk, not a search per key.
     const bool probes_sorted = std::is_sorted(probe_pos.begin(), probe_pos.end());
     std::vector<int32_t> sorted_copy;
     if (!probes_sorted) sorted_copy = probe_pos, std::sort(sorted_copy.begin(), sorted_copy.end());
     const std::vector<int32_t> & sorted = probes_sorted ? probe_pos : sorted_copy;
     const bool keys_sorted = std::is_sorted(key_pos.begin(), key_pos.end());
-    std::vector<double> out(key_pos.size());
+    std::vector<int64_t> out(key_pos.size());
     size_t first = 0;  // first probe at or after the current key (keys_sorted)
     for (size_t i = 0; i < key_pos.size(); ++i) {
-        // Structural count: probes that may attend to this key (never values that happen to be 0).
-        int64_t count;
         if (mode == nnz_mode::causal) {
-            count = int64_t(last_pos) - key_pos[i] + 1;
+            out[i] = int64_t(last_pos) - key_pos[i] + 1;
         } else if (keys_sorted) {
             while (first < sorted.size() && sorted[first] < key_pos[i]) ++first;
-            count = int64_t(sorted.size() - first);
+            out[i] = int64_t(sorted.size() - first);
         } else {
-            count = int64_t(sorted.end() - std::lower_bound(sorted.begin(), sorted.end(), key_pos[i]));
+            out[i] = int64_t(sorted.end() - std::lower_bound(sorted.begin(), sorted.end(), key_pos[i]));
         }
-        out[i] = count > 0 ? double(sums[i]) / double(count) : 0.0;
     }
+    return out;
+}
+
+std::vector<double> normalized_scores(const float * sums, const std::vector<int32_t> & key_pos,
+                                      const std::vector<int32_t> & probe_pos, nnz_mode mode,
+                                      int32_t last_pos) {
+    const std::vector<int64_t> count = normalization_counts(key_pos, probe_pos, mode, last_pos);
+    std::vector<double> out(key_pos.size());
+    for (size_t i = 0; i < key_pos.size(); ++i)
+        out[i] = count[i] > 0 ? double(sums[i]) / double(count[i]) : 0.0;
     return out;
 }
 

@@ -20,9 +20,16 @@ enum class nnz_mode {
     causal,  // the authors' code in prefill: divide by the full causal count (tokens at or after it)
 };
 
+// The structural count of each key at key_pos given probe positions: the probes that may attend to
+// it per nnz_mode (never values that happen to be 0). last_pos is the position of the last token
+// the keys' request has (for causal mode). Layer-independent: the device selection (the
+// select_salient op) takes these counts once per step.
+std::vector<int64_t> normalization_counts(const std::vector<int32_t> & key_pos,
+                                          const std::vector<int32_t> & probe_pos, nnz_mode mode,
+                                          int32_t last_pos);
+
 // Normalized scores of keys at key_pos from column sums `sums` given probe positions:
-// sums[i] / count(i), where count is per nnz_mode; count(i) = 0 gives 0. last_pos is the
-// position of the last token the keys' request has (for causal mode).
+// (double)sums[i] / (double)count(i) with normalization_counts' count; count(i) = 0 gives 0.
 std::vector<double> normalized_scores(const float * sums, const std::vector<int32_t> & key_pos,
                                       const std::vector<int32_t> & probe_pos, nnz_mode mode, int32_t last_pos);
 

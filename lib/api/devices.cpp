@@ -39,6 +39,10 @@ std::vector<op_desc> probe_ops(buffer * b) {
     pf.batch = 1, pf.n_tokens = 4, pf.n_q_heads = 8, pf.n_kv_heads = 2, pf.head_dim = 128, pf.max_seq_len = 4;
     ops.push_back(make_op(pf, {t(f32, {4, 8, 128}), t(f16, {4, 2, 128}), t(f16, {4, 2, 128}), t(i32, {2})},
                           {t(f32, {4, 8, 128})}));
+    // select_salient: OpenCL devices without cl_khr_fp64 lack it (zipcache then ranks on the host).
+    select_salient_params ss;
+    ss.n_kv_heads = 2, ss.n_tokens = 4, ss.n_prompts = 1, ss.n_blocks = 1, ss.hi_tokens = 2, ss.lo_tokens = 2;
+    ops.push_back(make_op(ss, {t(f32, {2, 4}), t(i32, {4}), t(i32, {1, 4})}, {t(i32, {1, 2, 4})}));
     return ops;
 }
 

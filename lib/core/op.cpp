@@ -33,6 +33,7 @@ const char * op_name(op_type t) {
         case op_type::attn_prefill_ragged: return "attn_prefill_ragged";
         case op_type::attn_decode_palu: return "attn_decode_palu";
         case op_type::kv_dequantize: return "kv_dequantize";
+        case op_type::select_salient: return "select_salient";
         case op_type::count: break;
     }
     return "?";
@@ -101,6 +102,10 @@ struct param_printer {
     void operator()(const kv_dequantize_params & p) {
         qb(p.q);
         os << ",blocks=" << p.n_blocks << ",row_tokens=" << p.row_tokens << ",slots=" << p.n_slots;
+    }
+    void operator()(const select_salient_params & p) {
+        os << "kv_heads=" << p.n_kv_heads << ",tokens=" << p.n_tokens << ",prompts=" << p.n_prompts
+           << ",blocks=" << p.n_blocks << ",hi=" << p.hi_tokens << ",lo=" << p.lo_tokens;
     }
     void operator()(const attn_decode_quant_params & p) {
         qb(p.q);
@@ -273,6 +278,7 @@ KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_ragged_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_prefill_ragged_params)
 KVCOMP_INSTANTIATE_MAKE_OP(attn_decode_palu_params)
 KVCOMP_INSTANTIATE_MAKE_OP(kv_dequantize_params)
+KVCOMP_INSTANTIATE_MAKE_OP(select_salient_params)
 #undef KVCOMP_INSTANTIATE_MAKE_OP
 
 std::string describe(const op_desc & op) {
@@ -486,6 +492,24 @@ void check_op(const op_desc & op) {
             const int64_t out = tokens * p.q.n_kv_heads * p.q.head_dim;
             c.operand(d[0], "k", {f32, f16}, std::max<int64_t>(out, 1));
             c.operand(d[1], "v", {d[0].type}, std::max<int64_t>(out, 1));
+            break;
+        }
+        case op_type::select_salient: {
+            const auto & p = op.get<select_salient_params>();
+            c.positive(p.n_kv_heads, "n_kv_heads");
+            c.non_negative(p.n_tokens, "n_tokens");
+            c.non_negative(p.n_prompts, "n_prompts");
+            c.non_negative(p.n_blocks, "n_blocks");
+            c.non_negative(p.hi_tokens, "hi_tokens");
+            c.non_negative(p.lo_tokens, "lo_tokens");
+            KVCOMP_CHECK_ARG(p.hi_tokens + p.lo_tokens > 0, c.what(),
+                             ": a block must hold at least one token");
+            // Empty arrays are passed as 1-element placeholders (as kv_dequantize's slots).
+            c.operand(s[0], "sums", {f32}, std::max<int64_t>(p.n_kv_heads * p.n_tokens, 1));
+            c.operand(s[1], "count", {i32}, std::max<int64_t>(p.n_tokens, 1));
+            c.operand(s[2], "prompts", {i32}, std::max<int64_t>(p.n_prompts * 4, 1));
+            c.operand(d[0], "rows", {i32},
+                      std::max<int64_t>(p.n_blocks * p.n_kv_heads * (p.hi_tokens + p.lo_tokens), 1));
             break;
         }
         case op_type::attn_decode_quant: {

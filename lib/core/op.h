@@ -47,6 +47,7 @@ enum class op_type : int32_t {
     attn_prefill_ragged, // causal prefill attention with per-head Q/K and V widths
     attn_decode_palu,    // decode attention over latent pre-RoPE K (reconstructed + RoPE per step)
     kv_dequantize,       // quantized KV blocks back to K/V rows (ZipCache's re-quantize-everything mode)
+    select_salient,      // ZipCache's per-head top-n_hi token split into kv_quantize's rows table
     count
 };
 
@@ -245,6 +246,40 @@ struct probe_scores_params {
     int64_t batch = 0;  // 0: single request; else src5 probe_indptr, src6 key_indptr [batch+1]
 };
 
+// ZipCache's salient-token selection on the device: host/quant/saliency.h's normalized_scores and
+// split_by_saliency, laid out as kv_quantize's rows table, so that a prefill layer's ranking needs
+// no download of probe_scores' column sums. For each prompt b and KV head h:
+//   prompts[b] = (first_row, n, n_hi, first_block): the prompt ranks tokens i = 0 .. n-1, which are
+//     columns first_row + i of sums and of count; 0 <= n_hi <= n of them are salient.
+//   score(h, i) = (double)sums[h, c] / (double)count[c] when count[c] > 0, else 0 (c = first_row + i),
+//     a correctly rounded fp64 quotient on every backend (the host's normalized_scores value).
+//   Order: score descending, then i ascending; the first n_hi tokens of it are salient. -0 equals +0
+//     and a NaN score ranks below every number (the host never produces one from finite sums).
+//     Implementations compare 64-bit keys: key = 0 for NaN, else with bits = the IEEE bits of
+//     (score == 0 ? +0.0 : score): bits | 2^63 for a positive sign, ~bits for a negative one; a larger
+//     key is a larger score.
+//   o = the salient i ascending, then the other i ascending (split_by_saliency's result).
+//   Blocks: the prompt owns blocks first_block + bi, bi < nb = max(ceil(n_hi / hi_tokens),
+//     ceil((n - n_hi) / lo_tokens)) (a segment with no tokens needs no block); block bi holds
+//     hi_b = clamp(n_hi - bi * hi_tokens, 0, hi_tokens) salient and lo_b = clamp(n - n_hi - bi *
+//     lo_tokens, 0, lo_tokens) regular tokens (the plan kv_quantize gets), and for x < block_tokens
+//       rows[first_block + bi, h, x] = first_row + o[bi * hi_tokens + x]                x < hi_b
+//                                    = first_row + o[n_hi + bi * lo_tokens + x - hi_b]  x - hi_b < lo_b
+//                                    = 0                                                otherwise.
+//   Rows of blocks no prompt owns are not written.
+// src0 sums f32 [n_kv_heads, n_tokens] (probe_scores' dst); src1 count i32 [n_tokens] (the number
+// of probes that may attend to each token: layer-independent, built on the host); src2 prompts i32
+// [n_prompts, 4]; dst0 rows i32 [n_blocks, n_kv_heads, hi_tokens + lo_tokens] (kv_quantize's src3).
+// The host builds the prompt table and backends trust it (as page tables): [first_row, first_row + n)
+// inside [0, n_tokens), 0 <= n_hi <= n, a segment of capacity 0 only when it gets no tokens, the
+// prompts' blocks inside [0, n_blocks) and disjoint. The CPU reference throws on a violation; the
+// device kernels leave that prompt's rows unwritten. Selection is exact, so every backend gives the
+// same integers as the CPU reference (tests compare them bit for bit).
+struct select_salient_params {
+    int64_t n_kv_heads = 0, n_tokens = 0, n_prompts = 0, n_blocks = 0;
+    int32_t hi_tokens = 0, lo_tokens = 0;  // block geometry (qblock_layout's)
+};
+
 // ---- Low-rank KV (ZACK, FDC, Palu): per-head widths ----------------------------------------------
 //
 // Ragged heads: each KV head c keeps its own number of K dims and V dims. The table
@@ -345,7 +380,7 @@ using op_params = std::variant<copy_params, add_params, gemm_params, rms_norm_pa
                                kv_append_params, attn_decode_params, attn_prefill_params, kv_quantize_params,
                                attn_decode_quant_params, probe_scores_params, head_project_params,
                                kv_append_ragged_params, attn_decode_ragged_params, attn_prefill_ragged_params,
-                               attn_decode_palu_params, kv_dequantize_params>;
+                               attn_decode_palu_params, kv_dequantize_params, select_salient_params>;
 
 constexpr int max_op_src = 10;
 constexpr int max_op_dst = 2;

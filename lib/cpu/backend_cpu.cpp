@@ -53,6 +53,7 @@ protected:
             case op_type::kv_dequantize: return run_kv_dequantize(op);
             case op_type::attn_decode_quant: return run_attn_decode_quant(op);
             case op_type::probe_scores: return run_probe_scores(op);
+            case op_type::select_salient: return run_select_salient(op);
             case op_type::head_project: return run_head_project(op);
             case op_type::kv_append_ragged: return run_kv_append_ragged(op);
             case op_type::attn_decode_ragged: return run_attn_decode_ragged(op);

@@ -67,5 +67,6 @@ void run_kv_quantize(const op_desc & op);
 void run_kv_dequantize(const op_desc & op);
 void run_attn_decode_quant(const op_desc & op);
 void run_probe_scores(const op_desc & op);
+void run_select_salient(const op_desc & op);
 
 }  // namespace kvcomp::cpu

@@ -175,12 +175,27 @@ class quant_method : public kv_method {
     // --- prefill ---------------------------------------------------------------------------
     struct prompt_plan {
         int32_t seq, first_row, len, quantized;  // token rows [first_row, first_row + len) of the step
+        int32_t first_block = 0;                 // its first block in the step's plan
         std::vector<int32_t> new_slots;          // blocks of the quantized tokens
         std::vector<int32_t> probes;             // probe indices within the prompt (saliency)
     };
 
-    void plan_prefill(backend &, const kv_step & s) {
+    // Views of the step's tables (prefill_views_), uploaded once per prefill step by plan_prefill.
+    enum prefill_table : size_t {
+        t_plan,          // kv_quantize's plan (slot, n_hi, n_lo) of every block of the step
+        t_probe_rows,    // step rows of the probes (saliency only, as every table below)
+        t_probe_pos,     // their positions within their prompts
+        t_key_pos,       // every step row's position within its prompt
+        t_probe_indptr,  // probes of prompt b: [probe_indptr[b], probe_indptr[b+1])
+        t_seq_indptr,    // keys of prompt b (the step's seq_indptr)
+        t_count,         // select_salient's normalization count of every step row
+        t_prompts,       // select_salient's (first_row, quantized, n_hi, first_block) per ranked prompt
+        n_prefill_tables
+    };
+
+    void plan_prefill(backend & be, const kv_step & s) {
         plans_.clear();
+        plan_.clear();
         for (int64_t b = 0; b < s.batch; ++b) {
             prompt_plan p;
             p.seq = s.seq_ids[size_t(b)];
@@ -196,17 +211,120 @@ class quant_method : public kv_method {
             r.slots = p.new_slots;
             if (r.win_len > 0) r.row = take_row();
             if (c_.saliency) p.probes = hq::prompt_probes(p.len, c_.probe_recent, c_.probe_random, c_.seed + uint64_t(p.seq));
+            // The plan: block bi of the prompt takes the next hi_tokens of its salient tokens and
+            // the next lo_tokens of its regular ones (the segments fill in parallel).
+            p.first_block = int32_t(plan_.size() / 3);
+            const int64_t n_lo = hq::regular_count(p.quantized, c_.ratio), n_hi = p.quantized - n_lo;
+            for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
+                const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
+                plan_.insert(plan_.end(),
+                             {p.new_slots[bi], int32_t(std::clamp<int64_t>(n_hi - hi0, 0, q_.hi_tokens)),
+                              int32_t(std::clamp<int64_t>(n_lo - lo0, 0, q_.lo_tokens))});
+            }
             plans_.push_back(std::move(p));
         }
+        upload_prefill_tables(be, s);
+    }
+
+    // The step's layer-independent tables, uploaded once so that a layer enqueues its ops without
+    // host work in between: the plan, and with saliency probe_scores' index tables and
+    // select_salient's counts and prompt table.
+    void upload_prefill_tables(backend & be, const kv_step & s) {
+        std::vector<std::vector<int32_t>> t(n_prefill_tables);
+        t[t_plan] = plan_;
+        n_probes_ = 0, n_ranked_ = 0;
+        if (c_.saliency && !plan_.empty()) {
+            t[t_key_pos].resize(size_t(s.n_tokens));
+            t[t_count].assign(size_t(s.n_tokens), 0);
+            t[t_probe_indptr] = {0};
+            for (const prompt_plan & p : plans_) {
+                for (int32_t i = 0; i < p.len; ++i) t[t_key_pos][size_t(p.first_row + i)] = i;
+                if (p.quantized > 0) {
+                    for (int32_t x : p.probes)
+                        t[t_probe_rows].push_back(p.first_row + x), t[t_probe_pos].push_back(x);
+                    std::vector<int32_t> qpos(static_cast<size_t>(p.quantized));
+                    for (int32_t i = 0; i < p.quantized; ++i) qpos[size_t(i)] = i;
+                    // The host path's normalization (normalized_scores) divides by these same counts.
+                    const auto count = hq::normalization_counts(qpos, p.probes, c_.nnz, p.len - 1);
+                    for (int32_t i = 0; i < p.quantized; ++i)
+                        t[t_count][size_t(p.first_row + i)] =
+                            int32_t(std::min<int64_t>(count[size_t(i)], INT32_MAX));
+                    const int32_t n_hi = p.quantized - int32_t(hq::regular_count(p.quantized, c_.ratio));
+                    t[t_prompts].insert(t[t_prompts].end(), {p.first_row, p.quantized, n_hi, p.first_block});
+                    ++n_ranked_;
+                }
+                t[t_probe_indptr].push_back(int32_t(t[t_probe_rows].size()));
+            }
+            t[t_seq_indptr] = s.host_seq_indptr;
+            n_probes_ = int64_t(t[t_probe_rows].size());
+        }
+        prefill_views_ = upload_index_tables(be, prefill_tables_, t);
     }
 
     // Per layer: rank (saliency), quantize the prompt's blocks, copy the remainder to the window.
     // lse: the prompt rows' log-denominators from the prefill attention, or empty.
     void store_prefill(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k,
                        const tensor & v, float scale, const tensor & lse) {
+        const int64_t H = shape_.n_kv_heads;
+        if (!plan_.empty()) {
+            kv_quantize_params kp;
+            kp.q = q_, kp.n_blocks = int64_t(plan_.size() / 3), kp.n_src_tokens = s.n_tokens;
+            kp.row_tokens = 0, kp.n_slots = n_slots_;
+            // Saliency: one probe_scores call for every prompt of the step, then the ranking on the
+            // device (select_salient) or, where the backend lacks it, on the host after a download.
+            const tensor sums = c_.saliency ? step_scores(be, s, q, k, scale, lse) : tensor{};
+            const tensor rows = sums.valid() ? device_rows(be, s, sums) : tensor{};
+            if (rows.valid()) {
+                be.run(make_op(kp, {k, v, prefill_views_[t_plan], rows}, {block_pool(layer)}));
+            } else {
+                const auto t = upload_index_tables(be, layer_tables_, {host_rows(be, s, sums)});
+                be.run(make_op(kp, {k, v, prefill_views_[t_plan], t[0]}, {block_pool(layer)}));
+            }
+        }
+        // The unquantized tail (kivi's residual) goes to the request's window row, slots 0..n-1.
+        for (const prompt_plan & p : plans_) {
+            const int32_t n = p.len - p.quantized;
+            if (n == 0) continue;
+            const request_state & r = reqs_.at(p.seq);
+            std::vector<int32_t> pos(static_cast<size_t>(n)), zero(size_t(n), 0);
+            for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = i;
+            const auto t = upload_index_tables(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
+            const size_t off = size_t(p.first_row + p.quantized) * size_t(H * shape_.head_dim) * 4;
+            const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, shape_.head_dim}, k.offset + off);
+            const tensor vr = make_tensor(v.buf, dtype::f32, {n, H, shape_.head_dim}, v.offset + off);
+            const kv_layout wl{shape_.max_requests, H, c_.window, shape_.head_dim};
+            be.run(make_op(kv_append_params{wl, n, 1, 1}, {kr, vr, t[0], t[1], t[2], t[3]},
+                           {window_pool(wk_, layer), window_pool(wv_, layer)}));
+        }
+    }
+
+    // kv_quantize's rows table [n_blocks, n_kv_heads, block_tokens] of the step, ranked on the
+    // device by select_salient from the column sums `sums`; an empty view when the method is told
+    // to rank on the host (select=host) or the backend cannot (e.g. OpenCL without fp64).
+    tensor device_rows(backend & be, const kv_step & s, const tensor & sums) {
+        if (!c_.select_on_device) return {};
+        const int64_t H = shape_.n_kv_heads, G = q_.block_tokens(), n_blocks = int64_t(plan_.size() / 3);
+        const size_t bytes = size_t(n_blocks * H * G) * 4;
+        if (!rows_buf_ || rows_buf_->size() < bytes) rows_buf_ = be.alloc(bytes);
+        select_salient_params sp;
+        sp.n_kv_heads = H, sp.n_tokens = s.n_tokens, sp.n_prompts = n_ranked_, sp.n_blocks = n_blocks;
+        sp.hi_tokens = q_.hi_tokens, sp.lo_tokens = q_.lo_tokens;
+        const tensor rows = make_tensor(rows_buf_.get(), dtype::i32, {n_blocks, H, G});
+        const op_desc op = make_op(sp, {sums, prefill_views_[t_count], prefill_views_[t_prompts]}, {rows});
+        if (!be.supports(op).ok) return {};
+        be.run(op);
+        return rows;
+    }
+
+    // The same rows table built on the host (the fallback): downloads the sums (when ranked by
+    // saliency; this waits for the device) and ranks each (prompt, KV head) with host/quant.
+    std::vector<int32_t> host_rows(backend & be, const kv_step & s, const tensor & sums_view) {
         const int64_t H = shape_.n_kv_heads, G = q_.block_tokens();
-        // Saliency: one probe_scores call and one download for every prompt of the step.
-        const std::vector<float> sums = c_.saliency ? step_scores(be, s, q, k, scale, lse) : std::vector<float>{};
+        std::vector<float> sums;
+        if (sums_view.valid()) {
+            sums.resize(static_cast<size_t>(H * s.n_tokens));
+            be.download(*sums_view.buf, sums_view.offset, sums.data(), sums.size() * 4);
+        }
         // Per prompt and KV head: the prompt's token indices, salient first (ascending), then
         // regular. The (prompt, head) rankings are independent: they run on host threads.
         std::vector<std::vector<std::vector<int32_t>>> order(plans_.size());
@@ -230,7 +348,7 @@ class quant_method : public kv_method {
             const auto [pi, h] = jobs[size_t(j)];
             const prompt_plan & p = plans_[pi];
             std::vector<int32_t> & o = order[pi][size_t(h)];
-            if (!c_.saliency) {
+            if (sums.empty()) {
                 o.resize(size_t(p.quantized));
                 for (int32_t i = 0; i < p.quantized; ++i) o[size_t(i)] = i;
                 return;
@@ -241,77 +359,35 @@ class quant_method : public kv_method {
                 hq::normalized_scores(sums.data() + h * s.n_tokens + p.first_row, qpos, p.probes, c_.nnz, p.len - 1),
                 c_.ratio);
         });
-        // The plan (slot, n_hi, n_lo) per block and the source rows [block][head][G] of each.
-        std::vector<int32_t> plan;
-        std::vector<int64_t> first_block(plans_.size(), 0);
-        for (size_t pi = 0; pi < plans_.size(); ++pi) {
-            const prompt_plan & p = plans_[pi];
-            first_block[pi] = int64_t(plan.size() / 3);
-            if (p.quantized == 0) continue;
-            const int64_t n_lo = hq::regular_count(p.quantized, c_.ratio), n_hi = p.quantized - n_lo;
-            for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
-                const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
-                plan.insert(plan.end(), {p.new_slots[bi], int32_t(std::clamp<int64_t>(n_hi - hi0, 0, q_.hi_tokens)),
-                                         int32_t(std::clamp<int64_t>(n_lo - lo0, 0, q_.lo_tokens))});
-            }
-        }
-        std::vector<int32_t> rows(plan.size() / 3 * size_t(H * G), 0);
+        std::vector<int32_t> rows(plan_.size() / 3 * size_t(H * G), 0);
         run_jobs([&](int64_t j) {
             const auto [pi, h] = jobs[size_t(j)];
             const prompt_plan & p = plans_[pi];
             const std::vector<int32_t> & o = order[pi][size_t(h)];
             const int64_t n_hi = p.quantized - hq::regular_count(p.quantized, c_.ratio);
             for (size_t bi = 0; bi < p.new_slots.size(); ++bi) {
-                const int64_t blk = first_block[pi] + int64_t(bi);
-                const int32_t hi = plan[size_t(3 * blk + 1)], lo = plan[size_t(3 * blk + 2)];
+                const int64_t blk = p.first_block + int64_t(bi);
+                const int32_t hi = plan_[size_t(3 * blk + 1)], lo = plan_[size_t(3 * blk + 2)];
                 const int64_t hi0 = int64_t(bi) * q_.hi_tokens, lo0 = int64_t(bi) * q_.lo_tokens;
                 int32_t * dst = rows.data() + (blk * H + h) * G;
                 for (int32_t x = 0; x < hi; ++x) dst[x] = p.first_row + o[size_t(hi0 + x)];
                 for (int32_t x = 0; x < lo; ++x) dst[hi + x] = p.first_row + o[size_t(n_hi + lo0 + x)];
             }
         });
-        if (!plan.empty()) {
-            const auto t = upload_index_tables(be, layer_tables_, {plan, rows});
-            kv_quantize_params kp;
-            kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = s.n_tokens, kp.row_tokens = 0;
-            kp.n_slots = n_slots_;
-            be.run(make_op(kp, {k, v, t[0], t[1]}, {block_pool(layer)}));
-        }
-        // The unquantized tail (kivi's residual) goes to the request's window row, slots 0..n-1.
-        for (const prompt_plan & p : plans_) {
-            const int32_t n = p.len - p.quantized;
-            if (n == 0) continue;
-            const request_state & r = reqs_.at(p.seq);
-            std::vector<int32_t> pos(static_cast<size_t>(n)), zero(size_t(n), 0);
-            for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = i;
-            const auto t = upload_index_tables(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
-            const size_t off = size_t(p.first_row + p.quantized) * size_t(H * shape_.head_dim) * 4;
-            const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, shape_.head_dim}, k.offset + off);
-            const tensor vr = make_tensor(v.buf, dtype::f32, {n, H, shape_.head_dim}, v.offset + off);
-            const kv_layout wl{shape_.max_requests, H, c_.window, shape_.head_dim};
-            be.run(make_op(kv_append_params{wl, n, 1, 1}, {kr, vr, t[0], t[1], t[2], t[3]},
-                           {window_pool(wk_, layer), window_pool(wv_, layer)}));
-        }
+        return rows;
     }
 
     // Probe column sums of every prompt of the step, f32 [n_kv_heads, n_tokens] (column = the
     // step's token row), from one ragged probe_scores call (request b: its probes, its prompt's
-    // keys) and one download: the step synchronizes once per layer, whatever the batch. Prompts
-    // that quantize nothing get no probes (their columns stay 0 and are not read). With `lse` (every
-    // prompt row's log-denominator, f32 [n_tokens, n_q_heads]) the probe rows' are gathered from it.
-    std::vector<float> step_scores(backend & be, const kv_step & s, const tensor & q, const tensor & k, float scale,
-                                   const tensor & lse) {
-        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, n = s.n_tokens;
-        std::vector<int32_t> ids, probe_pos, probe_indptr{0}, key_pos(static_cast<size_t>(n));
-        for (const prompt_plan & p : plans_) {
-            if (p.quantized > 0)
-                for (int32_t t : p.probes) ids.push_back(p.first_row + t), probe_pos.push_back(t);
-            probe_indptr.push_back(int32_t(ids.size()));
-            for (int32_t i = 0; i < p.len; ++i) key_pos[size_t(p.first_row + i)] = i;
-        }
-        if (ids.empty()) return {};
-        const int64_t np = int64_t(ids.size());
-        const auto t = upload_index_tables(be, layer_tables_, {ids, probe_pos, key_pos, probe_indptr, s.host_seq_indptr});
+    // keys) over the tables plan_prefill uploaded; a view of the device buffer (host_rows
+    // downloads it, select_salient reads it in place). Prompts that quantize nothing get no probes
+    // (their columns stay 0 and are not read). With `lse` (every prompt row's log-denominator, f32
+    // [n_tokens, n_q_heads]) the probe rows' are gathered from it. Empty when the step has no probes.
+    tensor step_scores(backend & be, const kv_step & s, const tensor & q, const tensor & k, float scale,
+                       const tensor & lse) {
+        const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, n = s.n_tokens, np = n_probes_;
+        if (np == 0) return {};
+        const auto & t = prefill_views_;
         const int64_t QH = shape_.n_q_heads;
         // Layout: probe q | scores | probe lse (each 16-byte aligned).
         const size_t qbytes = size_t(np * q_row()) * 4, sbytes = (size_t(H * n) * 4 + 15) / 16 * 16,
@@ -320,23 +396,24 @@ class quant_method : public kv_method {
             scores_buf_ = be.alloc((qbytes + sbytes + lbytes) * 2);
         const tensor qp = make_tensor(scores_buf_.get(), dtype::f32, {np, q_row()});
         const tensor sc = make_tensor(scores_buf_.get(), dtype::f32, {H, n}, qbytes);
-        be.run(make_op(get_rows_params{np, q_row(), q.numel() / q_row()},
-                       {make_tensor(q.buf, dtype::f32, {q.numel() / q_row(), q_row()}, q.offset), t[0]}, {qp}));
+        be.run(make_op(
+            get_rows_params{np, q_row(), q.numel() / q_row()},
+            {make_tensor(q.buf, dtype::f32, {q.numel() / q_row(), q_row()}, q.offset), t[t_probe_rows]},
+            {qp}));
         tensor lp;
         if (lse.buf) {
             lp = make_tensor(scores_buf_.get(), dtype::f32, {np, QH}, qbytes + sbytes);
-            be.run(make_op(get_rows_params{np, QH, s.n_tokens}, {lse, t[0]}, {lp}));
+            be.run(make_op(get_rows_params{np, QH, s.n_tokens}, {lse, t[t_probe_rows]}, {lp}));
         }
         probe_scores_params ps;
         ps.n_probes = np, ps.n_keys = n, ps.n_q_heads = shape_.n_q_heads, ps.n_kv_heads = H, ps.head_dim = hd;
         ps.scale = scale, ps.batch = s.batch, ps.use_lse = lse.buf != nullptr;
         const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, hd}, k.offset);
-        be.run(make_op(ps, {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset), t[1], kr, t[2],
-                            lp, t[3], t[4]},
+        be.run(make_op(ps,
+                       {make_tensor(qp.buf, dtype::f32, {np, shape_.n_q_heads, hd}, qp.offset),
+                        t[t_probe_pos], kr, t[t_key_pos], lp, t[t_probe_indptr], t[t_seq_indptr]},
                        {sc}));
-        std::vector<float> sums(static_cast<size_t>(H * n));
-        be.download(*scores_buf_, qbytes, sums.data(), sums.size() * 4);
-        return sums;
+        return sc;
     }
 
     // --- decode ----------------------------------------------------------------------------
@@ -526,10 +603,13 @@ class quant_method : public kv_method {
     int32_t probe_cap_ = 0;
     std::vector<buffer_ptr> pool_, wk_, wv_, probe_q_, probe_lse_;
     buffer_ptr scratch_, step_tables_, layer_tables_, scores_buf_, lse_, prompt_lse_;
-    std::vector<tensor> decode_tables_;
+    buffer_ptr prefill_tables_, rows_buf_;  // a prefill step's tables; select_salient's rows
+    std::vector<tensor> decode_tables_, prefill_views_;
     std::unique_ptr<host::page_pool> slots_, rows_;
     std::map<int64_t, request_state> reqs_;
     std::vector<prompt_plan> plans_;
+    std::vector<int32_t> plan_;            // the prefill step's kv_quantize plan [n_blocks, 3]
+    int64_t n_probes_ = 0, n_ranked_ = 0;  // the step's probes; its prompts with quantized tokens
     requantizer requant_;
     uint64_t bytes_ = 0;
 };

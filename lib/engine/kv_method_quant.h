@@ -13,8 +13,12 @@
 //    go to the window (kivi, whose window is KIVI's fp16 residual). With saliency (zipcache) the
 //    prompt's probe rows (probe_scores) rank the tokens per KV head; the top `ratio` go to the
 //    high-bit segments of the blocks, the rest to the low-bit ones, each in position order. One
-//    ragged probe_scores call and one score download per layer serve every prompt of the step
-//    (the layer's K/V are transient, so its blocks are quantized before the next layer runs).
+//    ragged probe_scores call per layer serves every prompt of the step (the layer's K/V are
+//    transient, so its blocks are quantized before the next layer runs); the select_salient op
+//    ranks on the device from its sums, so a layer does not wait for the device. Where the
+//    backend lacks that op (OpenCL without fp64) or select_on_device is off, the sums are
+//    downloaded once per layer and ranked on the host (host/quant/saliency.h), with the same
+//    result. The step's index tables (plan, probes, counts) are uploaded once per step.
 //  - decode: the token is appended to the window, attention runs over blocks + window; when the
 //    window holds `window` tokens (after the step) it is quantized into window / block blocks
 //    (zipcache: ranked by the probe queries of the window's own decode steps: its last
@@ -55,6 +59,7 @@ struct quant_method_config {
     int32_t decode_probe_recent = 5;
     double decode_probe_p = 0.05;
     host::quant::nnz_mode nnz = host::quant::nnz_mode::probe;
+    bool select_on_device = true;  // prefill ranking by the select_salient op where the backend has it
     uint64_t seed = 0;
     bool recompress_all = false;      // zipcache recompress=all: flushes re-quantize every token (kv_method_requant.h)
 };

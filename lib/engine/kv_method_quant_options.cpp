@@ -11,7 +11,9 @@
 //     decode_probe_recent 5, decode_probe_p 0.05, seed 0, recompress append|all (default append:
 //     a full window becomes new blocks and old blocks are never touched; all: the authors' code's
 //     mode, every flush re-ranks and re-quantizes all of the request's tokens, which re-rounds old
-//     tokens and drifts; see kv_method_requant.h and docs/data/requant_drift.csv).
+//     tokens and drifts; see kv_method_requant.h and docs/data/requant_drift.csv), select
+//     device|host (default device: the prefill ranks tokens with the select_salient op where the
+//     backend has it; host: downloads the scores and ranks on the host; the same ranking).
 #include "engine/kv_method_quant.h"
 #include "engine/method_option_reader.h"
 
@@ -58,6 +60,7 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     c.decode_probe_p = r.real("decode_probe_p", 0.05, 0.0, 1.0);
     c.seed = uint64_t(r.integer("seed", 0, 0, int64_t(1) << 62));
     c.recompress_all = r.word("recompress", "append", {"append", "all"}) == "all";
+    c.select_on_device = r.word("select", "device", {"device", "host"}) == "device";
     r.finish();
     c.v_group = 0;  // head_dim: one group per token
     c.channel_scale = true;

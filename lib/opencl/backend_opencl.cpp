@@ -238,6 +238,7 @@ std::shared_ptr<device_context> get_device_context(cl_platform_id platform, cl_d
     dc->max_work_group_size = device_value<size_t>(device, CL_DEVICE_MAX_WORK_GROUP_SIZE);
     dc->local_mem_bytes = device_value<cl_ulong>(device, CL_DEVICE_LOCAL_MEM_SIZE);
     dc->max_alloc_bytes = device_value<cl_ulong>(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    dc->fp64 = has_extension(device_string(device, CL_DEVICE_EXTENSIONS), "cl_khr_fp64");
     dc->programs = std::make_unique<program_cache>(
         dc->context, device, info.device_name + '\n' + info.driver_version + '\n' + dc->platform_version);
     contexts->emplace(device, dc);
@@ -427,6 +428,8 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_decode_quant(*this, op);
         case op_type::probe_scores:
             return supports_probe_scores(*this, op);
+        case op_type::select_salient:
+            return supports_select_salient(*this, op);
         case op_type::kv_append_ragged:
             return supports_kv_append_ragged(*this, op);
         case op_type::attn_decode_ragged:
@@ -506,6 +509,9 @@ void cl_backend::run_checked(const op_desc & op) {
             break;
         case op_type::probe_scores:
             run_probe_scores(*this, op);
+            break;
+        case op_type::select_salient:
+            run_select_salient(*this, op);
             break;
         default:
             KVCOMP_THROW(status::internal, "opencl: unhandled op ", describe(op));

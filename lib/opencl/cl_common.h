@@ -52,6 +52,7 @@ struct device_context {
     size_t max_work_group_size = 0;
     uint64_t local_mem_bytes = 0;
     uint64_t max_alloc_bytes = 0;
+    bool fp64 = false;  // cl_khr_fp64 (select_salient compares fp64 quotients)
     std::unique_ptr<program_cache> programs;
 };
 
@@ -267,6 +268,7 @@ void run_kv_quantize(cl_backend & be, const op_desc & op);
 void run_kv_dequantize(cl_backend & be, const op_desc & op);
 void run_attn_decode_quant(cl_backend & be, const op_desc & op);
 void run_probe_scores(cl_backend & be, const op_desc & op);
+void run_select_salient(cl_backend & be, const op_desc & op);
 void run_head_project(cl_backend & be, const op_desc & op);
 void run_kv_append_ragged(cl_backend & be, const op_desc & op);
 void run_attn_decode_ragged(cl_backend & be, const op_desc & op);
@@ -279,6 +281,7 @@ support supports_kv_quantize(const cl_backend & be, const op_desc & op);
 support supports_kv_dequantize(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op);
 support supports_probe_scores(const cl_backend & be, const op_desc & op);
+support supports_select_salient(const cl_backend & be, const op_desc & op);
 support supports_kv_append_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill_ragged(const cl_backend & be, const op_desc & op);

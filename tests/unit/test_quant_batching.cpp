@@ -1,6 +1,7 @@
 // The quantizing methods (lib/engine/kv_method_quant.cpp) give the same cache whether requests are
 // prefilled and flushed together or one by one: the ragged probe_scores call of a batched step
 // must rank each prompt (and each decode window) exactly as a step of that request alone does.
+// The prefill's device ranking (select_salient) and the host ranking give the same cache too.
 // Driven through the kv_method interface with synthetic q/k/v (a token's vectors depend only on
 // its request, position and layer), so both schedules feed the method identical data.
 #include <gtest/gtest.h>
@@ -138,6 +139,18 @@ run_outputs run(const std::string & backend_name, const std::string & method, co
     return out;
 }
 
+// Every request's outputs of the two runs are the same bits.
+void expect_same_bits(const run_outputs & a, const run_outputs & b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t r = 0; r < a.size(); ++r) {
+        ASSERT_EQ(a[r].size(), b[r].size());
+        size_t differ = 0;
+        for (size_t i = 0; i < a[r].size(); ++i) differ += std::memcmp(&a[r][i], &b[r][i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0u) << "request " << r << ": " << differ << " of " << a[r].size()
+                              << " output values differ";
+    }
+}
+
 class quant_batching_on : public ::testing::TestWithParam<std::string> {};
 
 // Prompts of uneven lengths (block 16: partial blocks; kivi: different residual tails, so windows
@@ -160,14 +173,7 @@ TEST_P(quant_batching_on, batched_steps_equal_one_request_per_step) {
         SCOPED_TRACE(c.name + (c.o.count("nnz") ? " (nnz causal)" : ""));
         const auto batched = run(GetParam(), c.name, c.o, lens, n_decode, true, true);
         const auto single = run(GetParam(), c.name, c.o, lens, n_decode, false, !cpu);
-        for (size_t r = 0; r < lens.size(); ++r) {
-            ASSERT_EQ(batched[r].size(), single[r].size());
-            size_t differ = 0;
-            for (size_t i = 0; i < batched[r].size(); ++i)
-                differ += std::memcmp(&batched[r][i], &single[r][i], sizeof(float)) != 0;
-            EXPECT_EQ(differ, 0u) << "request " << r << ": " << differ << " of " << batched[r].size()
-                                  << " output values differ";
-        }
+        expect_same_bits(batched, single);
     }
     // The comparison sees the ranking: other probe draws (seed) rank differently and change the
     // decode outputs that read the quantized prompt.
@@ -177,6 +183,22 @@ TEST_P(quant_batching_on, batched_steps_equal_one_request_per_step) {
     for (size_t r = 0; r < lens.size(); ++r)
         for (size_t i = 0; i < a[r].size(); ++i) differ += a[r][i] != b[r][i];
     EXPECT_GT(differ, 0u);
+}
+
+// The prefill's ranking on the device (select_salient, where the backend has it) and on the host
+// (select=host: the probe sums are downloaded and ranked by host/quant/saliency) give the same
+// cache: a batched prefill and the decode steps that read its blocks are bit-identical.
+TEST_P(quant_batching_on, device_and_host_ranking_give_the_same_cache) {
+    const std::vector<int32_t> lens = {45, 13, 70};
+    for (const engine::method_options & o :
+         {engine::method_options{{"block", "16"}},
+          engine::method_options{{"block", "16"}, {"nnz", "causal"}, {"ratio", "0.25"}}}) {
+        SCOPED_TRACE(o.count("nnz") ? "nnz causal" : "nnz probe");
+        engine::method_options on_host = o;
+        on_host["select"] = "host";
+        expect_same_bits(run(GetParam(), "zipcache", o, lens, 4, true, true),
+                         run(GetParam(), "zipcache", on_host, lens, 4, true, true));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(quant_backends, quant_batching_on, ::testing::ValuesIn(test::backends_to_test()),

@@ -3,9 +3,10 @@
 # on CUDA and NVIDIA OpenCL, the saliency kernel (probe_scores) timed with its tensor-core and SIMT
 # kernels, then TTFT/TBT of none / kivi / zipcache at Llama-3-8B shapes with random weights, all
 # in one run so every ratio has its baseline from the same visit.
-#   OPS (default probe_scores,kv_quantize,kv_dequantize,attn_decode_quant; tested on CUDA and NVIDIA OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
+#   OPS (default probe_scores,select_salient,kv_quantize,kv_dequantize,attn_decode_quant; tested on CUDA and NVIDIA OpenCL), PROMPTS (default 4096), BATCHES (default 1,16), LONG (default 32768: batch 1 only;
 #   'none' skips), METHODS (default none,kivi,zipcache; zipcache also runs with ratio=0, i.e. without
-#   saliency estimation), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
+#   saliency estimation, and with select=host, its prefill ranking on the host instead of
+#   select_salient), OCL_METHODS (default empty: methods also timed on NVIDIA OpenCL at
 #   batch 1, e.g. none,zipcache), E2E=0 skips the end-to-end part, PROFILE=0 the per-op profile
 #   of zipcache's prefill (KVCOMP_PROFILE_OPS).
 #   (The decode kernels of every method are timed by run_methods.sh.)
@@ -13,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
-OPS=${OPS:-probe_scores,kv_quantize,kv_dequantize,attn_decode_quant}
+OPS=${OPS:-probe_scores,select_salient,kv_quantize,kv_dequantize,attn_decode_quant}
 {
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   for be in cuda $OCL_GPU; do
@@ -37,6 +38,8 @@ OPS=${OPS:-probe_scores,kv_quantize,kv_dequantize,attn_decode_quant}
         bench -b cuda --batches "${BATCHES:-1,16}" --prompts "${PROMPTS:-4096}" --method zipcache --method-opt ratio=0
         [ "${LONG:-32768}" != none ] && bench -b cuda --batches 1 --prompts "${LONG:-32768}" --method zipcache \
           --method-opt ratio=0
+        # The prefill ranking on the host (one score download per layer) instead of select_salient.
+        bench -b cuda --batches "${BATCHES:-1,16}" --prompts "${PROMPTS:-4096}" --method zipcache --method-opt select=host
       fi
     done
     # Where the prefill time goes (PROFILE=0 skips): per-op device time (KVCOMP_PROFILE_OPS) of
