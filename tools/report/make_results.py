@@ -205,7 +205,7 @@ if ops:
 
 # Quantized decode: the newest dedicated run (bench_ops_methods.csv, with its own fp16 rows) if any,
 # else the rows of bench_ops.csv.
-qops = rows("bench_ops_methods.csv") or ops
+qops = rows("bench_ops_quant_decode.csv") or rows("bench_ops_methods.csv") or ops
 quant = [r for r in qops if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
 if quant:
     fp16 = {(r["api"], r["device"], r["batch"], r["context"]): float(r["time_ms"]) for r in qops
@@ -228,6 +228,23 @@ if quant:
                    f"| {r['op'][7:]} | {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | "
                    f"{fmt(r['time_ms'], 4)} | {float(r['gbps']):.0f} | {float(r['fraction_of_copy']):.3f} | – | – |")
     out.append("")
+    # Kernel versions timed in one visit (bench_ops binaries of two commits; the older one's rows first).
+    versions = [r for r in rows("bench_ops_quant_decode_base.csv")
+                if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
+    commits = list(dict.fromkeys(r["commit"] for r in versions))  # the file lists the older kernel's rows first
+    if len(commits) == 2:
+        old_c, new_c = commits
+        t = {(r["commit"], r["op"], r["batch"], r["context"]): float(r["time_ms"]) for r in versions}
+        out += [f"The same sweep with the kernel before and after the per-warp streams, timed in one visit on "
+                f"{versions[0]['device']} (`{old_c}`: the 4 warps of a block share each item, two `__syncthreads` per "
+                f"item; `{new_c}`: each warp streams its own items; `docs/data/bench_ops_quant_decode_base.csv`, "
+                "log and Nsight Compute summaries in `docs/data/quant_decode_h100.log`):", "",
+                f"| layout | batch | context | `{old_c}` ms | `{new_c}` ms | speed-up |", "|---|---|---|---|---|---|"]
+        for (c, op, b, ctx), v in sorted(t.items(), key=lambda kv: (kv[0][1], int(kv[0][2]), int(kv[0][3]))):
+            if c == old_c and (new_c, op, b, ctx) in t:
+                w = t[(new_c, op, b, ctx)]
+                out.append(f"| {op[7:]} | {b} | {ctx} | {fmt(v, 4)} | {fmt(w, 4)} | {v / w:.2f}× |")
+        out.append("")
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}
@@ -284,6 +301,12 @@ if quant_e2e:
     if parts:
         out += ["ZipCache TTFT over zipcache ratio=0 (what saliency estimation adds; target ≤ 1.10): " + "; ".join(parts) + ".",
                 ""]
+    host = [f"{be} batch {b} × {c}: {v['select=host'] / v['ratio=0']:.2f}" for (be, b, c), v in sorted(sal.items())
+            if "select=host" in v and "ratio=0" in v]
+    if host:
+        out += ["The same with the prefill ranking on the host (`select=host`: one download of the probe sums per "
+                "layer, the GPU idle while the host ranks; the default `select=device` runs the `select_salient` "
+                "op instead): " + "; ".join(host) + ".", ""]
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",
