@@ -10,15 +10,26 @@
 // Layout: core/op.h "Low-rank KV"; partials: ragged_common.cuh.
 //
 // Memory: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves,
-// so a tile of T consecutive tokens is a few contiguous runs (one per page it touches). The block
-// copies a tile's K' and V' runs into one stage of a shared-memory ring with cp.async in 16-byte
-// chunks (consecutive threads, consecutive chunks: fully coalesced whatever the width); the tile
-// size is chosen per head so that a stage holds ~12 KiB, and kStages - 1 = 2 tiles are in flight
-// while one is consumed (one __syncthreads per tile). Source addresses (page-table reads) are
-// computed one tile ahead so the copies never wait on the page table. Tiles start at multiples of
-// 8 tokens, so a 16-byte chunk never straddles a page when page_size % 8 == 0 (then any width
-// works); other page sizes, or page views not 16-byte aligned, take a synchronous element-wise copy
-// with the same layout (correct, slower).
+// so a tile of T consecutive tokens is a few contiguous runs (one per page it touches). Each warp
+// streams its own tiles (warp w takes tiles w, w + 4, ... of the task) through a ring of its own in
+// shared memory: its 32 lanes copy a tile's K' and V' runs into one stage with cp.async in 16-byte
+// chunks (consecutive lanes, consecutive chunks: coalesced whatever the width), wait for their own
+// copies and meet at a __syncwarp, and only then refill the stage the warp read last; kStages - 1
+// tiles (1 by default) are in flight while one is consumed, and the tile loop has no block barrier
+// (a warp never waits for another's copies or math). The tile size is chosen per head so that a
+// stage holds ~8 KiB (at least 8 tokens of the widest head, 256 + 256; at most 248 tokens).
+// (This replaced one block-wide ring whose 12 KiB tiles the 4 warps shared, with a __syncthreads
+// per tile: each warp had a few token steps per tile, then waited for the slowest warp and for the
+// tile's copies, which left the kernel latency-bound at 0.45 of the copy bandwidth on an H100
+// (batch 16 x 32K; twice as many tasks did not help); attn_decode_quant_mma.cu had the same
+// disease and the same cure.)
+// Page-table entries are loaded one tile ahead, one per lane (a tile's tokens lie in at most 32
+// pages), so the copies never wait on the page table. Tiles start at multiples of 8 tokens, so a
+// 16-byte chunk never straddles a page when page_size % 8 == 0 (then any width works); other page
+// sizes, or page views not 16-byte aligned, take a synchronous element-wise copy by the warp's
+// lanes with the same layout (correct, slower). Shared memory: 4 warps x kStages x 8 KiB (64 KiB
+// with the default KVCOMP_RAGGED_STAGES = 2, past the 48 KiB default: the launch opts in), which
+// on an H100 allows 3 blocks per SM, as many as the registers allow for QP = 4.
 //
 // Math (as attn_decode.cu, with the width a run-time value): L lanes share a token (L = the
 // power of two >= max(k_width, v_width) / 8, at least QP), each lane owning 8 consecutive features
@@ -27,7 +38,8 @@
 // the GQA butterfly (decode_common.cuh) leaves each lane one head's score; online softmax in fp32,
 // log2 domain (q pre-scaled by scale * log2 e), running max shared by a warp's token groups; o for
 // all QP heads over the lane's 8 V' features. Warps merge through shared memory at the end
-// (decode_common.cuh), then the block writes out directly (its (b, c) has one task) or partials.
+// (decode_common.cuh; one __syncthreads, then the rings hold the states), then the block writes out
+// directly (its (b, c) has one task) or partials.
 // Widths that are not multiples of 8 read shared memory element-wise instead of 16 bytes at once.
 //
 // q4 pages (kv.bits == 4) go to attn_decode_ragged_q4.cu.
@@ -46,17 +58,26 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kStages = 3;
-constexpr int kStageBytes = 12 * 1024;
+// Per-warp ring: kStages stages of kStageBytes each (a preamble define, to try 3 on a new GPU).
+#ifndef KVCOMP_RAGGED_STAGES
+#define KVCOMP_RAGGED_STAGES 2
+#endif
+constexpr int kStages = KVCOMP_RAGGED_STAGES;
+constexpr int kStageBytes = 8 * 1024;
 constexpr int kStageHalves = kStageBytes / 2;
-constexpr int kChunksPerThread = kStageBytes / 16 / kThreads;  // a full stage is 768 chunks
-constexpr int kU = 2;                                          // token steps per warp iteration
+constexpr int kChunksPerLane = kStageBytes / 16 / 32;  // a full stage is 512 chunks, 16 per lane
+constexpr int kWarpRingBytes = kStages * kStageBytes;
+constexpr int kMaxTileTokens = 31 * 8;  // tokens of <= 32 pages for page_size >= 8 (see decode_body)
+constexpr int kU = 2;                   // token steps per warp iteration
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes;
-static_assert(kStageBytes % (16 * kThreads) == 0, "every thread copies the same number of chunk slots");
+constexpr size_t kSmemBytes = size_t(kWarps) * kWarpRingBytes;
+static_assert(kStages >= 2, "one stage in flight while one is consumed");
+static_assert(kStageBytes % (16 * 32) == 0, "every lane copies the same number of chunk slots");
 static_assert(warp_merge_floats<kWarps, 8, 256>() * sizeof(float) <= kSmemBytes,
-              "the warps' merge area (widest case) must fit in the ring it reuses");
+              "the warps' merge area (widest case) must fit in the rings it reuses");
 static_assert(kStageHalves / (2 * 256) >= 8, "a stage holds at least 8 tokens of the widest head");
+static_assert(kSmemBytes <= 96 * 1024,
+              "within the opt-in shared-memory limit of every target (sm_86/89: 99 KiB)");
 
 struct rdecode_args {
     const float * q;
@@ -129,17 +150,22 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
     float m_run = -INFINITY, l_run = 0.0f;
 
     const int n_tiles = t.end > t.first ? (t.end - t.base + T - 1) / T : 0;
+    // This warp's tiles: warp + k * kWarps for k < n_mine, the k-th in stage k % kStages of its own
+    // ring. Interleaved rather than a contiguous quarter each: the tile grid (8-aligned starts from
+    // t.base) stays the one of the whole task, the 4 warps stream neighbouring bytes at the same time,
+    // and their tile counts differ by at most one whatever the task's length.
+    const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+    uint8_t * wring = ring + warp * kWarpRingBytes;
+    auto tile_of = [&](int k) { return warp + k * kWarps; };
+
     const int64_t k_head = int64_t(ps) * t.hd.k_offset, v_head = int64_t(ps) * t.hd.v_offset;
     const int64_t k_page = int64_t(ps) * a.k_total, v_page = int64_t(ps) * a.v_total;
     fast_divider div_k, div_v;  // flat offset in the request's K' (V') run -> page entry
     div_k.init(uint32_t(ps * kw));
     div_v.init(uint32_t(ps * vw));
 
-    auto page_of = [&](int e) {
-        const int pg = a.indices[t.p_begin + min(e, t.n_pg - 1)];
-        return int64_t(min(max(pg, 0), a.n_pages - 1));
-    };
-    // Halves [lo8, hi8) of the request's flat K' (or V') run needed by tile j, 8-aligned.
+    auto page_entry = [&](int e) { return a.indices[t.p_begin + min(e, t.n_pg - 1)]; };
+    // Halves [lo8, lo8 + 8 n8) of the request's flat K' (or V') run needed by tile j, 8-aligned.
     auto tile_span = [&](int j, int width, int & lo8, int & n8) {
         const int A = t.base + j * T;
         const int lo = max(A, t.first), hi = min(A + T, t.end);
@@ -147,33 +173,17 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         n8 = lo < hi ? ((((hi * width) + 7) & ~7) - lo8) >> 3 : 0;
     };
 
-    // Sources of this thread's chunks of the next tile to issue (vec_stage): located one ahead.
-    const __half * src[kChunksPerThread];
-    int dst[kChunksPerThread];  // byte offset in the stage, -1 = no chunk
-    auto locate = [&](int j) {
-        int lo8k, nk, lo8v, nv;
-        tile_span(j, kw, lo8k, nk);
-        tile_span(j, vw, lo8v, nv);
-        const int A = t.base + j * T;
-#pragma unroll
-        for (int k = 0; k < kChunksPerThread; ++k) {
-            const int c = tid + k * kThreads;
-            dst[k] = -1;
-            src[k] = a.k_pages;
-            if (c < nk) {
-                const int F = lo8k + 8 * c;
-                const int e = int(div_k.div(uint32_t(F)));
-                src[k] = a.k_pages + page_of(e) * k_page + k_head + (F - e * ps * kw);
-                dst[k] = (F - A * kw) * 2;
-            } else if (c - nk < nv) {
-                const int F = lo8v + 8 * (c - nk);
-                const int e = int(div_v.div(uint32_t(F)));
-                src[k] = a.v_pages + page_of(e) * v_page + v_head + (F - e * ps * vw);
-                dst[k] = (T * kw + F - A * vw) * 2;
-            }
-        }
-    };
-    // Synchronous element-wise copy of tile j (page sizes that are not multiples of 8).
+    // vec_stage: lane l copies chunks l + 32 i (i < kChunksPerLane) of a tile, the K' run's chunks
+    // first, then the V' run's. A tile's tokens lie in at most 32 pages (T <= kMaxTileTokens and
+    // page_size >= 8), so lane p holds the page-table entry of the tile's p-th page, loaded one tile
+    // ahead (in flight during a tile of math: the copies never wait on the page table), and each chunk
+    // takes its page from the lane holding it with one shuffle. (Keeping every chunk's entry or
+    // address instead costs 16 live registers or more per lane through the math: 50 more for QP = 4.)
+    auto first_page = [&](int j) { return max(t.base + j * T, t.first) / ps; };
+    int pg_next = 0;
+    auto locate = [&](int k) { pg_next = k < n_mine ? page_entry(first_page(tile_of(k)) + lane) : 0; };
+    // Synchronous element-wise copy of tile j by the warp's lanes (page sizes that are not multiples
+    // of 8, or page views not 16-byte aligned); visible to the other lanes after the next __syncwarp.
     auto copy_scalar = [&](int j, __half * stage) {
         const int A = t.base + j * T;
         const int lo = max(A, t.first), hi = min(A + T, t.end);
@@ -182,25 +192,45 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
             const __half * pages = kv ? a.v_pages : a.k_pages;
             const int64_t head = kv ? v_head : k_head, page = kv ? v_page : k_page;
             __half * sdst = stage + (kv ? T * kw : 0);
-            for (int idx = tid; idx < (hi - lo) * w; idx += kThreads) {
+            for (int idx = lane; idx < (hi - lo) * w; idx += 32) {
                 const int tok = lo + idx / w, f = idx % w;
                 const int e = tok / ps;
-                sdst[(tok - A) * w + f] = pages[page_of(e) * page + head + int64_t(tok - e * ps) * w + f];
+                const int64_t pgn = min(max(page_entry(e), 0), a.n_pages - 1);
+                sdst[(tok - A) * w + f] = pages[pgn * page + head + int64_t(tok - e * ps) * w + f];
             }
         }
     };
-    auto issue = [&](int j) {
-        if (j < n_tiles) {
-            uint8_t * stage = ring + (j % kStages) * kStageBytes;
+    // Copies the warp's k-th tile into its stage (k % kStages) and commits one cp.async group.
+    auto issue = [&](int k) {
+        if (k < n_mine) {
+            const int j = tile_of(k);
+            uint8_t * stage = wring + (k % kStages) * kStageBytes;
             if (a.vec_stage) {
+                int lo8k, nk, lo8v, nv;
+                tile_span(j, kw, lo8k, nk);
+                tile_span(j, vw, lo8v, nv);
+                const int A = t.base + j * T, e0 = first_page(j), pg = pg_next;
 #pragma unroll
-                for (int k = 0; k < kChunksPerThread; ++k)
-                    if (dst[k] >= 0) cp_async16(stage + dst[k], src[k], 16);
+                for (int i = 0; i < kChunksPerLane; ++i) {
+                    if (32 * i >= nk + nv) break;  // uniform: the tile has no more chunks
+                    const int c = lane + 32 * i;
+                    const bool is_k = c < nk;
+                    const int F = is_k ? lo8k + 8 * c : lo8v + 8 * min(c - nk, nv);
+                    const int e = int(is_k ? div_k.div(uint32_t(F)) : div_v.div(uint32_t(F)));
+                    // every lane shuffles (full mask); e - e0 < 32 for the chunks that copy
+                    const int64_t pgn = min(max(__shfl_sync(full_mask, pg, (e - e0) & 31), 0), a.n_pages - 1);
+                    if (is_k)
+                        cp_async16(stage + (F - A * kw) * 2,
+                                   a.k_pages + pgn * k_page + k_head + (F - e * ps * kw), 16);
+                    else if (c - nk < nv)
+                        cp_async16(stage + (T * kw + F - A * vw) * 2,
+                                   a.v_pages + pgn * v_page + v_head + (F - e * ps * vw), 16);
+                }
             } else {
                 copy_scalar(j, reinterpret_cast<__half *>(stage));
             }
         }
-        cp_async_commit();  // one group per tile, empty ones included, so the counts line up
+        cp_async_commit();  // one group per call, empty ones included, so the counts line up
     };
 
     if (a.vec_stage) locate(0);
@@ -210,18 +240,18 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         if (a.vec_stage) locate(s + 1);
     }
 
-    for (int j = 0; j < n_tiles; ++j) {
-        cp_async_wait<kStages - 2>();  // this thread's copies of tile j have landed
-        __syncthreads();               // everyone's have; everyone is done with tile j - 1
-        issue(j + kStages - 1);        // refills tile j - 1's stage
-        if (a.vec_stage) locate(j + kStages);
+    for (int k = 0; k < n_mine; ++k) {  // uniform per warp
+        cp_async_wait<kStages - 2>();   // this lane's copies of tile k have landed
+        __syncwarp();                   // every lane's have; every lane is done with tile k - 1
+        issue(k + kStages - 1);         // refills tile k - 1's stage
+        if (a.vec_stage) locate(k + kStages);
 
-        const __half * kt = reinterpret_cast<const __half *>(ring + (j % kStages) * kStageBytes);
+        const __half * kt = reinterpret_cast<const __half *>(wring + (k % kStages) * kStageBytes);
         const __half * vt = kt + T * kw;
-        const int A = t.base + j * T;
+        const int A = t.base + tile_of(k) * T;
         const int u_lo = max(A, t.first) - A, u_hi = min(A + T, t.end) - A;
         const int n_steps = (u_hi - u_lo + G - 1) / G;
-        for (int s0 = warp * kU; s0 < n_steps; s0 += kWarps * kU) {  // uniform per warp
+        for (int s0 = 0; s0 < n_steps; s0 += kU) {
             float s[kU];
 #pragma unroll
             for (int u = 0; u < kU; ++u) {
@@ -281,6 +311,8 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
     }
     cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
 
+    // The warps' states merge through the rings (publish_warp_states' first __syncthreads waits for
+    // every warp's last reads of its stages).
     float * sm = reinterpret_cast<float *>(ring);
     publish_warp_states<L, QP, 8, kWarps>(m_run, l_run, o, sm);
     for (int idx = tid; idx < t.nh * vw; idx += kThreads) {
@@ -318,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
     t.first = min(max(a.schedule[4 * t.task + 2], 0), seq_len);
     t.end = min(max(a.schedule[4 * t.task + 3], t.first), seq_len);
     t.base = t.first & ~7;
-    t.T = (kStageHalves / (t.hd.k_width + t.hd.v_width)) & ~7;
+    t.T = min((kStageHalves / (t.hd.k_width + t.hd.v_width)) & ~7, kMaxTileTokens);
     t.p_begin = a.indptr[t.b];
     t.n_pg = a.indptr[t.b + 1] - t.p_begin;
     const int bc = t.b * a.n_kv_heads + t.c;
@@ -391,6 +423,18 @@ bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// The warps' rings take kSmemBytes (64 KiB with 2 stages), past the 48 KiB default: opt in first.
+// Occupancy on an H100 (228 KiB per SM): 3 blocks by shared memory; by registers (ptxas, CUDA 13.0:
+// 239 / 167 / 128 / 128 for QP = 8 / 4 / 2 / 1) 2 for QP = 8, 3 for QP = 4, 4 for QP <= 2.
+template <int QP>
+void launch_decode(context & ctx, const rdecode_args & a, dim3 grid) {
+    if (kSmemBytes > 48 * 1024)
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_kernel<QP>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    attn_decode_ragged_kernel<QP><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
@@ -450,19 +494,18 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op) {
         const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
         switch (qp) {
             case 1:
-                attn_decode_ragged_kernel<1><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                launch_decode<1>(ctx, a, grid);
                 break;
             case 2:
-                attn_decode_ragged_kernel<2><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                launch_decode<2>(ctx, a, grid);
                 break;
             case 4:
-                attn_decode_ragged_kernel<4><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                launch_decode<4>(ctx, a, grid);
                 break;
             default:
-                attn_decode_ragged_kernel<8><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+                launch_decode<8>(ctx, a, grid);
                 break;
         }
-        KVCOMP_CUDA_CHECK_LAUNCH();
     }
     merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
 }
