@@ -45,6 +45,7 @@ struct options {
     std::vector<std::pair<int64_t, int64_t>> prefill{{1, 4096}, {16, 4096}, {1, 32768}};  // batch x length
     std::vector<int64_t> worker_scales{1};  // low-rank decode schedules for compute_units x each
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
+    std::string sweep_rows;                                     // regex over their row names
     int reps = 20, warmup = 3;
     int64_t copy_mib = 0;  // 0: by device kind
     std::string csv, commit = KVCOMP_GIT_SHA;
@@ -69,6 +70,7 @@ void usage() {
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
         "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
+        "  --sweep-rows RE   only the sweep rows whose name matches RE (e.g. 'fp16|balanced_p50')\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
@@ -153,6 +155,9 @@ bool parse(int argc, char ** argv, options & o) {
             o.prefill = parse_prefill(value());
         } else if (a == "--worker-scales") {
             o.worker_scales = parse_sizes(value());
+        } else if (a == "--sweep-rows") {
+            o.sweep_rows = value();
+            std::regex check(o.sweep_rows);  // throws std::regex_error on a bad pattern
         } else if (a == "--sweeps") {
             o.sweeps.clear();
             for (const auto & sw : split(value())) {
@@ -309,7 +314,9 @@ bool bench_device(const device_entry & dev, const options & o) {
     }
     // 3. Paged fp16 decode attention sweep (the uncompressed baseline of every method).
     const auto sweep = [&](const char * name) { return o.sweeps.count(name) > 0; };
-    for (int64_t batch : sweep("fp16") ? o.batches : std::vector<int64_t>{})
+    const std::regex rows_re(o.sweep_rows.empty() ? ".*" : o.sweep_rows);
+    const auto sweep_row = [&](const std::string & name) { return std::regex_search(name, rows_re); };
+    for (int64_t batch : sweep("fp16") && sweep_row("decode_fp16") ? o.batches : std::vector<int64_t>{})
         for (int64_t ctx : o.contexts) {
             decode_spec s;
             s.lens.assign(size_t(batch), ctx);
@@ -325,7 +332,8 @@ bool bench_device(const device_entry & dev, const options & o) {
     // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
     for (const char * layout : {"zipcache", "kivi2"})
-        for (int64_t batch : sweep("quant") ? o.batches : std::vector<int64_t>{})
+        for (int64_t batch : sweep("quant") && sweep_row(std::string("decode_") + layout) ? o.batches
+                                                                                           : std::vector<int64_t>{})
             for (int64_t ctx : o.contexts) {
                 case_ptr c = make_attn_decode_quant_case(layout, batch, ctx);
                 row w;
@@ -350,6 +358,12 @@ bool bench_device(const device_entry & dev, const options & o) {
             for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
                 for (int64_t batch : o.batches)
                     for (int64_t ctx : o.contexts) {
+                        static const char * const names[] = {"decode_lowrank_plain_",
+                                                             "decode_lowrank_balanced_", "decode_palu_",
+                                                             "decode_lowrank_q4_balanced_"};
+                        const std::string name = std::string(names[kind]) +
+                                                 (scale > 1 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
+                        if (!sweep_row(name)) continue;
                         ragged_spec rs;
                         rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
                         rs.lens.assign(size_t(batch), ctx);
@@ -361,11 +375,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                         case_ptr c = make_ragged_decode_case(rs, kind == 2);
                         row w;
                         ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                        static const char * const names[] = {"decode_lowrank_plain_",
-                                                             "decode_lowrank_balanced_", "decode_palu_",
-                                                             "decode_lowrank_q4_balanced_"};
-                        w.op = std::string(names[kind]) +
-                               (scale > 1 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
+                        w.op = name;
                         w.batch = batch;
                         w.context = ctx;
                         rep.emit(w);
