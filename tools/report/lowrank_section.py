@@ -3,6 +3,8 @@
   bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
   bench_ops_methods.csv        a later run of every KV method's decode kernel (incl. kv_bits=4 pages)
   bench_ops_lowrank_q4_h100.csv  the 4-bit page decode after its multi-head kernel (16 x 32K)
+  bench_ops_lowrank_warp_h100.csv  the fp16 low-rank decode with per-warp tiles (+ _base: the kernel before,
+                              timed in the same visits)
   bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
@@ -160,6 +162,24 @@ def _kernels(ops):
     return out + [""]
 
 
+def _before_after(old, new):
+    """The fp16 low-rank decode before and after the per-warp tiles, timed in the same visits."""
+    key = lambda r: (r["op"], r["backend"], r["batch"], r["context"])
+    before = {key(r): float(r["time_ms"]) for r in old if r["op"].startswith("decode_lowrank") and r["time_ms"]}
+    rows = [r for r in new if key(r) in before and r["time_ms"]]
+    if not rows:
+        return []
+    out = [f"The same kernels before (`{old[0]['commit']}`: the block's 4 warps share each 12 KiB tile, one "
+           f"`__syncthreads` per tile) and after (`{rows[0]['commit']}`: each warp streams its own tiles through its "
+           f"own cp.async ring), timed one after the other in the same visits on {rows[0]['device']} "
+           "(`docs/data/bench_ops_lowrank_warp_base_h100.csv`):", "",
+           "| kernel | backend | batch | context | before ms | after ms | speed-up |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["op"], int(r["batch"]), int(r["context"]))):
+        b, t = before[key(r)], float(r["time_ms"])
+        out.append(f"| {r['op'][7:]} | {r['backend']} | {r['batch']} | {r['context']} | {b:.4g} | {t:.4g} | {b / t:.2f}× |")
+    return out + [""]
+
+
 def _e2e(rows):
     if not rows:
         return []
@@ -190,8 +210,11 @@ def lowrank_section(data_dir, results):
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
-    for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv", "bench_ops_lowrank_q4_h100.csv"):
+    for name in ("bench_ops_lowrank_h100.csv", "bench_ops_methods.csv", "bench_ops_lowrank_q4_h100.csv",
+                 "bench_ops_lowrank_warp_h100.csv"):
         kernels += _kernels(read_dicts(os.path.join(data_dir, name)))
+    kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_warp_base_h100.csv")),
+                             read_dicts(os.path.join(data_dir, "bench_ops_lowrank_warp_h100.csv")))
     body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be)
     if not body:
         return []

@@ -211,8 +211,10 @@ if quant:
     fp16 = {(r["api"], r["device"], r["batch"], r["context"]): float(r["time_ms"]) for r in qops
             if r["op"] == "decode_fp16" and r["time_ms"]}
     out += ["### Decode attention over quantized blocks (attn_decode_quant)", "",
-            f"`bench_ops` run of {quant[0]['date'][:10]}, commit `{quant[0]['commit']}`, {quant[0]['device']}; the fp16 "
-            "decode column is the paged fp16 kernel of the same run. 32 query heads, 8 KV heads, head dim 128.",
+            "`bench_ops` runs on " + "; ".join(sorted({f"{r['device']} ({r['backend']}, commit `{r['commit']}`, "
+                                                      f"{r['date'][:10]})" for r in quant})) +
+            "; the fp16 decode column is the paged fp16 kernel of the same run and backend. 32 query heads, 8 KV "
+            "heads, head dim 128.",
             "`decode_zipcache`: blocks of 100 tokens (40 at 4 bits, 60 at 2 bits, CST",
             "values, per-channel key parameters per segment), `decode_kivi2`: blocks of 32 tokens at 2 bits (value",
             "groups of 32 channels); the remainder of the context in the fp16 window. GB/s counts the slots and",
