@@ -139,12 +139,25 @@ __device__ __forceinline__ float setup_q_warp(const float (&qr)[QH][D / 32], con
     return t == 0 ? bp[0] : t == 1 ? bp[1] : t == 2 ? bp[2] : bp[3];
 }
 
-// Two codes (at bits [o, o + BITS) and [o + 16, o + 16 + BITS) of x, o = (10 - BITS - rot) mod 32)
-// as the f16 pair (2^BITS + code, 2^BITS + code').
+// The exponent bits of the f16 pair (2^BITS, 2^BITS), as a register: code_pair's and-or is one
+// LOP3 only when one of its two constants is a register (a LOP3 has one immediate operand; with
+// both immediate the compiler emitted two LOP3 per pair, 25 % of the kernel's instructions in
+// Nsight Compute on an H100). The empty asm keeps the compiler from folding it back.
 template <int BITS>
-__device__ __forceinline__ uint32_t code_pair(uint32_t x, int rot) {
-    constexpr uint32_t m = ((1u << BITS) - 1u) << (10 - BITS), one = uint32_t(15 + BITS) << 10;
-    return (__funnelshift_l(x, x, rot) & (m | m << 16)) | (one | one << 16);
+__device__ __forceinline__ uint32_t code_exponents() {
+    uint32_t e = (uint32_t(15 + BITS) << 10) * 0x10001u;
+    asm volatile("" : "+r"(e));
+    return e;
+}
+
+// Two codes (at bits [o, o + BITS) and [o + 16, o + 16 + BITS) of x, o = (10 - BITS - rot) mod 32)
+// as the f16 pair (2^BITS + code, 2^BITS + code'); ex = code_exponents<BITS>().
+template <int BITS>
+__device__ __forceinline__ uint32_t code_pair(uint32_t x, int rot, uint32_t ex) {
+    constexpr uint32_t m = ((1u << BITS) - 1u) << (10 - BITS);
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(__funnelshift_l(x, x, rot)), "n"(m | m << 16), "r"(ex));
+    return r;  // 0xEA: (a & b) | c
 }
 
 // Per-warp running state; lane (g, t) keeps head t (see the banner).
@@ -234,7 +247,7 @@ __device__ __forceinline__ int tile_row(int j) {
 // end is harmless.
 template <int D, int BITS>
 __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, const uint32_t (&bq)[D / 16][2],
-                                               float bias, int lane) {
+                                               float bias, uint32_t ex, int lane) {
     constexpr int MT = D / 16, RB = D * BITS / 8, P = 16 / BITS;
     const int g = lane >> 2, t = lane & 3;
     // Pair t: word w0, index j0; pair t + 4: word w1, index j1 (of each k16 step).
@@ -269,10 +282,10 @@ __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, co
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int kk = 0; kk < MT; ++kk) {
-        const uint32_t af[4] = {code_pair<BITS>(kword(ka, kwa, kk * WPK + w0), rot0),
-                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w0), rot0),
-                                code_pair<BITS>(kword(ka, kwa, kk * WPK + w1), rot1),
-                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w1), rot1)};
+        const uint32_t af[4] = {code_pair<BITS>(kword(ka, kwa, kk * WPK + w0), rot0, ex),
+                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w0), rot0, ex),
+                                code_pair<BITS>(kword(ka, kwa, kk * WPK + w1), rot1, ex),
+                                code_pair<BITS>(kword(kb, kwb, kk * WPK + w1), rot1, ex)};
         mma_16816(kk & 1 ? s2 : s, af, bq[kk][0], bq[kk][1]);
     }
     return make_float2(ta < sv.n ? (s[0] + s2[0]) + (s[1] + s2[1]) + bias : -INFINITY,
@@ -283,7 +296,7 @@ __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, co
 // (tile token g + 8) of head t; gshift = log2(m-tiles per value group).
 template <int D, int BITS, bool CS>
 __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view & sv, const args & a, int tok0,
-                                             float p0, float p1, int gshift, int lane) {
+                                             float p0, float p1, int gshift, uint32_t ex, int lane) {
     constexpr int MT = D / 16, RB = D * BITS / 8;
     const int g = lane >> 2, t = lane & 3;
     const int ra = min(tok0 + tile_row(g), sv.n - 1), rb = min(tok0 + tile_row(g + 8), sv.n - 1);
@@ -336,8 +349,8 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
         const int wi = m * (BITS / 2) + wv;
         const uint32_t x01 = __byte_perm(vword(0, wi), vword(1, wi), sel);
         const uint32_t x23 = __byte_perm(vword(2, wi), vword(3, wi), sel);
-        const uint32_t af[4] = {code_pair<BITS>(x01, rot_a), code_pair<BITS>(x01, rot_b), code_pair<BITS>(x23, rot_a),
-                                code_pair<BITS>(x23, rot_b)};
+        const uint32_t af[4] = {code_pair<BITS>(x01, rot_a, ex), code_pair<BITS>(x01, rot_b, ex),
+                                code_pair<BITS>(x23, rot_a, ex), code_pair<BITS>(x23, rot_b, ex)};
         mma_16816(acc[m], af, b0, b1);
     }
 }
@@ -351,12 +364,13 @@ __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view
                                               const uint4 * qf, float bias, int gshift, int lane) {
     uint32_t bq[D / 16][2];
     load_qfrag<D>(qf, bq, lane);
-    float2 s = quant_scores<D, BITS>(sv, 0, bq, bias, lane);
+    const uint32_t ex = code_exponents<BITS>();
+    float2 s = quant_scores<D, BITS>(sv, 0, bq, bias, ex, lane);
     for (int tok0 = 0; tok0 < sv.n; tok0 += 16) {
         float p0, p1;
         softmax2<D, CS>(st, s.x, s.y, p0, p1);
-        const float2 next = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, lane);
-        quant_values<D, BITS, CS>(st, sv, a, tok0, p0, p1, gshift, lane);
+        const float2 next = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, ex, lane);
+        quant_values<D, BITS, CS>(st, sv, a, tok0, p0, p1, gshift, ex, lane);
         s = next;
     }
 }
@@ -437,8 +451,10 @@ __device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vsca
     }
 }
 
+// Blocks per SM the registers must allow: ZipCache's per-warp rings (~105 KiB a block at hd 128)
+// fit 2 blocks per SM, KIVI's (~58 KiB) 3 (ptxas then spills 8 bytes of the no-CS hd-128 variant).
 template <int D, bool CS>
-__global__ void __launch_bounds__(kThreads) attn_decode_quant_mma_kernel(const args a) {
+__global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_kernel(const args a) {
     constexpr int MT = D / 16;
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
