@@ -548,29 +548,17 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                 }
             }
             __syncwarp();  // the fragments are visible to the whole warp
-            auto run_segment = [&](int s) {  // params selected by value, never indexed at run time
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
                 const int n = s ? n_lo : n_hi;
-                if (n == 0) return;
-                const seg_view sv{head + (s ? a.seg_off[1] : a.seg_off[0]), s ? a.seg_vstep[1] : a.seg_vstep[0],
-                                  s ? a.seg_kcodes[1] : a.seg_kcodes[0], s ? a.seg_vcodes[1] : a.seg_vcodes[0], n};
+                if (n == 0) continue;
+                const seg_view sv{head + a.seg_off[s], a.seg_vstep[s], a.seg_kcodes[s], a.seg_vcodes[s], n};
                 const uint4 * q = qf_seg + s * D;
-                const float b = s ? bias[1] : bias[0];
-                switch (s ? a.bits[1] : a.bits[0]) {
-                    case 2: quant_segment<D, 2, CS>(st, sv, a, q, b, gshift, lane); break;
-                    case 4: quant_segment<D, 4, CS>(st, sv, a, q, b, gshift, lane); break;
-                    default: quant_segment<D, 8, CS>(st, sv, a, q, b, gshift, lane); break;
+                switch (a.bits[s]) {
+                    case 2: quant_segment<D, 2, CS>(st, sv, a, q, bias[s], gshift, lane); break;
+                    case 4: quant_segment<D, 4, CS>(st, sv, a, q, bias[s], gshift, lane); break;
+                    default: quant_segment<D, 8, CS>(st, sv, a, q, bias[s], gshift, lane); break;
                 }
-            };
-            if constexpr (CS) {
-                // A loop, not two inlined copies of each bit width's segment code: the kernel's size
-                // showed as instruction-cache stalls (9 % of the stall samples in Nsight Compute); on
-                // an H100 this made ZipCache's decode 2-3 % faster. Without CS (KIVI) the loop cost
-                // registers (spills) and 1-5 %: two copies there.
-#pragma unroll 1
-                for (int s = 0; s < 2; ++s) run_segment(s);
-            } else {
-                run_segment(0);
-                run_segment(1);
             }
             if constexpr (CS) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);
         } else {
