@@ -11,6 +11,7 @@ def f32(x): return struct.unpack('<f', struct.pack('<f', x))[0]
 def matmul(A, B): return [[sum(A[i][k]*B[k][j] for k in range(len(B))) for j in range(len(B[0]))] for i in range(len(A))]
 def f16bits_to_val(u): return struct.unpack('<e', struct.pack('<H', u & 0xffff))[0]
 def halves(x): return f16bits_to_val(x & 0xffff), f16bits_to_val(x >> 16)
+def tile_row(j): return j ^ ((j >> 1) & 1)  # row of a tile's token j (the kernel's tile_row)
 def rotl(x, r): r &= 31; return ((x << r) | (x >> (32 - r))) & 0xffffffff if r else x
 def code_pair(x, rot, B):
     m = ((1 << B) - 1) << (10 - B); one = (15 + B) << 10
@@ -71,13 +72,14 @@ for B in (2, 4, 8):
             w0 = 0 if P >= 4 else t // P; j0 = t % P; w1 = 0 if P >= 8 else (t + 4) // P; j1 = (t + 4) % P
             r0 = (10 - B - j0 * B) & 31; r1 = (10 - B - j1 * B) & 31
             WPK = B // 2
-            ka, kb = rows[g], rows[g + 8]
+            ka, kb = rows[tile_row(g)], rows[tile_row(g + 8)]
             Af.append([code_pair(ka[kk*WPK+w0], r0, B), code_pair(kb[kk*WPK+w0], r0, B), code_pair(ka[kk*WPK+w1], r1, B), code_pair(kb[kk*WPK+w1], r1, B)])
             base = ((kk >> 1) * 32 + lane) * 8 + (kk & 1) * 4
             Bf.append([pack(qf[base], qf[base+1]), pack(qf[base+2], qf[base+3])])
         C = mma(Af, Bf)
         for l in range(32): acc[l] = [acc[l][i] + C[l][i] for i in range(4)]
-    ref = matmul(qp, [[2.0**B + codes[tok][c] for tok in range(16)] for c in range(D)])  # [4 heads, 16 tokens]
+    # [4 heads, 16 tile tokens]: tile token j is stored in row tile_row(j)
+    ref = matmul(qp, [[2.0**B + codes[tile_row(j)][c] for j in range(16)] for c in range(D)])
     err = 0
     for l in range(32):
         g, t = l >> 2, l & 3
@@ -97,14 +99,14 @@ for B in (2, 4, 8):
             wv = (g * B) // 16; bb = ((2 * g * B) % 32) // 8; o = (2 * g * B) % 8
             sel = bb | ((bb + 1) & 7) << 4 | (bb + 4) << 8 | ((bb + 5) & 7) << 12
             ra_, rb_ = (10 - B - o) & 31, (10 - 2 * B - o) & 31
-            vr = [rows[2*t], rows[2*t+1], rows[2*t+8], rows[2*t+9]]
+            vr = [rows[tile_row(2*t)], rows[tile_row(2*t+1)], rows[tile_row(2*t+8)], rows[tile_row(2*t+9)]]
             wi = m * (B // 2) + wv
             x01 = byte_perm(vr[0][wi], vr[1][wi], sel); x23 = byte_perm(vr[2][wi], vr[3][wi], sel)
             Af.append([code_pair(x01, ra_, B), code_pair(x01, rb_, B), code_pair(x23, ra_, B), code_pair(x23, rb_, B)])
             Bf.append([b0s[lane], b1s[lane]])
         C = mma(Af, Bf)
         for l in range(32): O[l][m] = C[l]
-    refO = matmul(w, [[2.0**B + codes[tok][c] for c in range(D)] for tok in range(16)])  # [4, D]
+    refO = matmul(w, [[2.0**B + codes[tile_row(j)][c] for c in range(D)] for j in range(16)])  # [4, D]
     err = 0
     for l in range(32):
         g, t = l >> 2, l & 3
