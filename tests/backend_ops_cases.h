@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,10 @@ struct host_tensor {
     }
 };
 
+// Runs fn(i, rng_i) for i < n_items on the host's threads, each item with its own generator seeded
+// from rng in item order: the result does not depend on the number of threads. fn must only write
+// what item i owns.
+void for_each_seeded(int64_t n_items, test_rng & rng, const std::function<void(int64_t, test_rng &)> & fn);
 // Fillers for a host tensor of dtype f32 / f16 / bf16 (normal * scale), large tensors in parallel
 // but deterministically (fixed chunks, one seed per chunk).
 void fill_normal(host_tensor & t, test_rng & rng, float scale = 1.0f);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -140,27 +141,31 @@ float get_float(const host_tensor & t, int64_t i) {
     return 0.0f;
 }
 
+void for_each_seeded(int64_t n_items, test_rng & rng, const std::function<void(int64_t, test_rng &)> & fn) {
+    std::vector<uint64_t> seeds(static_cast<size_t>(n_items));
+    for (auto & s : seeds) s = rng.next();
+    auto work = [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            test_rng local(seeds[size_t(i)]);
+            fn(i, local);
+        }
+    };
+    const int64_t n_threads = std::min<int64_t>(n_items, std::max(1u, std::thread::hardware_concurrency()));
+    if (n_threads <= 1) return work(0, n_items);
+    std::vector<std::thread> pool;
+    for (int64_t w = 0; w < n_threads; ++w)
+        pool.emplace_back(work, n_items * w / n_threads, n_items * (w + 1) / n_threads);
+    for (auto & th : pool) th.join();
+}
+
 void fill_normal(host_tensor & t, test_rng & rng, float scale) {
     // Fixed 1M-element chunks, each with its own seed drawn from rng: the result does not depend
     // on the number of threads, and multi-GiB KV pools for bench_ops fill in seconds.
     constexpr int64_t chunk = int64_t(1) << 20;
     const int64_t n = t.numel();
-    const int64_t n_chunks = (n + chunk - 1) / chunk;
-    std::vector<uint64_t> seeds(static_cast<size_t>(n_chunks));
-    for (auto & s : seeds) s = rng.next();
-    auto work = [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-            test_rng local(seeds[size_t(c)]);
-            for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i)
-                set_float(t, i, scale * local.normal());
-        }
-    };
-    const int64_t n_threads = std::min<int64_t>(n_chunks, std::max(1u, std::thread::hardware_concurrency()));
-    if (n_threads <= 1) return work(0, n_chunks);
-    std::vector<std::thread> pool;
-    for (int64_t w = 0; w < n_threads; ++w)
-        pool.emplace_back(work, n_chunks * w / n_threads, n_chunks * (w + 1) / n_threads);
-    for (auto & th : pool) th.join();
+    for_each_seeded((n + chunk - 1) / chunk, rng, [&](int64_t c, test_rng & local) {
+        for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) set_float(t, i, scale * local.normal());
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

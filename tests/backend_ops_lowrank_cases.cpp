@@ -74,24 +74,27 @@ void fill_ragged_q4_pools(host_tensor & k, host_tensor & v, const ragged_spec & 
             used[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
                 1;
     const int64_t kt = pool_row(s, false), vt = pool_row(s, true);
-    std::vector<float> x(size_t(widest(s)));
-    int64_t ko = 0, vo = 0;
-    for (size_t c = 0; c < s.k_widths.size(); ++c) {
-        const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
-        const int64_t kr = ragged_q4_row_bytes(kw), vr = ragged_q4_row_bytes(vw);
-        for (int64_t page = 0; page < n_pages; ++page)
+    // One generator per page (pages are disjoint bytes of both pools): multi-GiB pools for bench_ops
+    // fill on every core, with the same bytes whatever the number of threads.
+    for_each_seeded(n_pages, rng, [&](int64_t page, test_rng & local) {
+        std::vector<float> x(size_t(widest(s)));
+        int64_t ko = 0, vo = 0;
+        for (size_t c = 0; c < s.k_widths.size(); ++c) {
+            const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
+            const int64_t kr = ragged_q4_row_bytes(kw), vr = ragged_q4_row_bytes(vw);
             for (int64_t slot = 0; slot < s.page_size; ++slot) {
                 const bool u = used[size_t(page * s.page_size + slot)];
-                for (int64_t d = 0; d < kw; ++d) x[size_t(d)] = u ? rng.normal() : 0.0f;
+                for (int64_t d = 0; d < kw; ++d) x[size_t(d)] = u ? local.normal() : 0.0f;
                 ragged_q4_quantize_row(
                     x.data(), kw, k.as<uint8_t>() + page * s.page_size * kt + s.page_size * ko + slot * kr);
-                for (int64_t d = 0; d < vw; ++d) x[size_t(d)] = u ? rng.normal() : 3e4f;
+                for (int64_t d = 0; d < vw; ++d) x[size_t(d)] = u ? local.normal() : 3e4f;
                 ragged_q4_quantize_row(
                     x.data(), vw, v.as<uint8_t>() + page * s.page_size * vt + s.page_size * vo + slot * vr);
             }
-        ko += kr;
-        vo += vr;
-    }
+            ko += kr;
+            vo += vr;
+        }
+    });
 }
 
 std::string ragged_vars(const ragged_spec & s) {
@@ -113,21 +116,22 @@ void fill_ragged_pools(host_tensor & k, host_tensor & v, const ragged_spec & s, 
             used[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
                 1;
     // Head c's part of page p starts at p * page_size * total + page_size * offset (the heads tile
-    // the page, so every element is set).
-    int64_t ko = 0, vo = 0;
-    for (size_t c = 0; c < s.k_widths.size(); ++c) {
-        const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
-        for (int64_t page = 0; page < n_pages; ++page)
+    // the page, so every element is set). One generator per page, as fill_ragged_q4_pools.
+    for_each_seeded(n_pages, rng, [&](int64_t page, test_rng & local) {
+        int64_t ko = 0, vo = 0;
+        for (size_t c = 0; c < s.k_widths.size(); ++c) {
+            const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
             for (int64_t slot = 0; slot < s.page_size; ++slot) {
                 const bool u = used[size_t(page * s.page_size + slot)];
                 const int64_t kb = page * s.page_size * kt + s.page_size * ko + slot * kw;
                 const int64_t vb = page * s.page_size * vt + s.page_size * vo + slot * vw;
-                for (int64_t d = 0; d < kw; ++d) set_float(k, kb + d, u ? rng.normal() : 0.0f);
-                for (int64_t d = 0; d < vw; ++d) set_float(v, vb + d, u ? rng.normal() : 3e4f);
+                for (int64_t d = 0; d < kw; ++d) set_float(k, kb + d, u ? local.normal() : 0.0f);
+                for (int64_t d = 0; d < vw; ++d) set_float(v, vb + d, u ? local.normal() : 3e4f);
             }
-        ko += kw;
-        vo += vw;
-    }
+            ko += kw;
+            vo += vw;
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
