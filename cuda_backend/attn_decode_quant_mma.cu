@@ -42,9 +42,11 @@
 // Channel scales (CS): vscale differs per block, so a block's contribution is accumulated apart
 //   and added, times vscale, at the end of the item (with the running max it was computed with).
 // Window chunks: f16 K/V rows used directly (same operand shapes; q split hi/lo in natural channel
-//   order, slot 2 of the q fragments).
-// Per item the block computes q' (hi, lo) for the item's segments into shared memory (q' depends
-// on the block's kstep), then a barrier; each warp loads its B fragments with 128-bit loads.
+//   order, in the block's window fragments, written once before the item loop).
+// Per item the warp computes q' (hi, lo) of the item's segments into its own fragment slots (q'
+// depends on the block's kstep; setup_q_warp), then __syncwarp; it loads its B fragments once per
+// segment with 128-bit loads. A segment's tiles are software-pipelined (quant_segment), and a
+// tile's tokens sit in permuted rows (tile_row) to halve shared-memory bank conflicts.
 // Precision: scores as with fp32 q' (hi + lo), p' as hi + lo f16; error well below the 1e-6 NMSE
 // budget of tests/backend_ops_quant_cases.cpp.
 #include <climits>
