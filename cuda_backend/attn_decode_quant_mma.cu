@@ -54,6 +54,7 @@
 
 #include "attn_decode_quant.cuh"
 #include "decode_common.cuh"
+#include "decode_mma.cuh"
 
 namespace kvcomp::cuda::dq {
 
@@ -179,27 +180,10 @@ struct wstate {
     }
 };
 
-// Sum over the 8 lanes holding the same head (lane bits 2..4).
-__device__ __forceinline__ float head_sum(float v) {
-    v += __shfl_xor_sync(full_mask, v, 4);
-    v += __shfl_xor_sync(full_mask, v, 8);
-    return v + __shfl_xor_sync(full_mask, v, 16);
-}
-
 // Online softmax for this lane's two scores (log2 units, -inf when masked); returns their weights.
 template <int D, bool CS>
 __device__ __forceinline__ void softmax2(wstate<D, CS> & st, float s0, float s1, float & p0, float & p1) {
-    float mt = fmaxf(s0, s1);
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 4));
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 8));
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 16));
-    const float m_new = fmaxf(st.m, mt);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
-    const float alpha = exp2f(st.m - m_use);
-    p0 = exp2f(s0 - m_use);
-    p1 = exp2f(s1 - m_use);
-    st.l = st.l * alpha + (p0 + p1);
-    st.m = m_new;
+    const float alpha = softmax_pair(st.m, st.l, s0, s1, p0, p1);
     // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
     if (__any_sync(full_mask, alpha != 1.0f)) {
         auto & acc = st.acc();
@@ -210,14 +194,6 @@ __device__ __forceinline__ void softmax2(wstate<D, CS> & st, float s0, float s1,
             st.vb[m] *= alpha;
         }
     }
-}
-
-// B fragments of P' (tokens 0..7 and 8..15 of the tile) from this lane's weights of head t for
-// tokens g and g + 8, split into (hi, lo) f16 columns.
-__device__ __forceinline__ void p_frag(float w0, float w1, uint32_t & b0, uint32_t & b1) {
-    const float h0 = __half2float(__float2half_rn(w0)), h1 = __half2float(__float2half_rn(w1));
-    b0 = movmatrix_trans(pack_half2(h0, w0 - h0));
-    b1 = movmatrix_trans(pack_half2(h1, w1 - h1));
 }
 
 template <int D>

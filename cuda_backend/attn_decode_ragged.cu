@@ -47,17 +47,20 @@
 // Invalid inputs a kernel cannot refuse: request and KV head outside the tables make the block
 // exit; token ranges are clamped to the request; page numbers are clamped to the pool.
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "common.cuh"
 #include "decode_common.cuh"
 #include "ragged_common.cuh"
+#include "ragged_stream.cuh"
 
 namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = kRaggedThreads;
+constexpr int kWarps = kRaggedWarps;
 // Per-warp ring: kStages stages of kStageBytes each (a preamble define, to try 3 on a new GPU).
 #ifndef KVCOMP_RAGGED_STAGES
 #define KVCOMP_RAGGED_STAGES 2
@@ -65,47 +68,16 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kStages = KVCOMP_RAGGED_STAGES;
 constexpr int kStageBytes = 8 * 1024;
 constexpr int kStageHalves = kStageBytes / 2;
-constexpr int kChunksPerLane = kStageBytes / 16 / 32;  // a full stage is 512 chunks, 16 per lane
 constexpr int kWarpRingBytes = kStages * kStageBytes;
-constexpr int kMaxTileTokens = 31 * 8;  // tokens of <= 32 pages for page_size >= 8 (see decode_body)
-constexpr int kU = 2;                   // token steps per warp iteration
+constexpr int kU = 2;  // token steps per warp iteration
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr size_t kSmemBytes = size_t(kWarps) * kWarpRingBytes;
-static_assert(kStages >= 2, "one stage in flight while one is consumed");
-static_assert(kStageBytes % (16 * 32) == 0, "every lane copies the same number of chunk slots");
+using stream = tile_stream<kStages, kStageBytes, false>;
 static_assert(warp_merge_floats<kWarps, 8, 256>() * sizeof(float) <= kSmemBytes,
               "the warps' merge area (widest case) must fit in the rings it reuses");
 static_assert(kStageHalves / (2 * 256) >= 8, "a stage holds at least 8 tokens of the widest head");
 static_assert(kSmemBytes <= 96 * 1024,
               "within the opt-in shared-memory limit of every target (sm_86/89: 99 KiB)");
-
-struct rdecode_args {
-    const float * q;
-    const __half * k_pages;
-    const __half * v_pages;
-    const int32_t * indptr;
-    const int32_t * indices;
-    const int32_t * last_page_len;
-    const int32_t * heads;
-    const int32_t * schedule;
-    const int32_t * merge;
-    float * out;
-    float * part_o;
-    float * part_lse;
-    int n_pages, n_kv_heads, page_size, k_total, v_total, max_width;
-    int batch, group, n_tasks;
-    bool vec_stage;  // page_size % 8 == 0 and both page views 16-byte aligned
-    float qscale;    // scale * log2(e)
-};
-
-// Everything a block knows about its task once the tables are read.
-struct rtask {
-    int task, b, c, h0, nh;  // h0: first query head of the chunk within the group
-    ragged_head hd;
-    int first, end, base, T;  // tokens [first, end); tiles of T tokens start at base (8-aligned)
-    int p_begin, n_pg;
-    bool direct;  // the only task of its (b, c): write out, not partials
-};
 
 // 8 halves of a row (features f0 .. f0 + 7 of a width-`width` row) to float; zeros past the width.
 __device__ __forceinline__ void load8(const __half * row, int f0, int width, bool vec, float (&x)[8]) {
@@ -128,7 +100,7 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
     static_assert(QP <= L && L <= 32, "lane mapping");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int tg = lane / L, lj = lane % L;
-    const int kw = t.hd.k_width, vw = t.hd.v_width, T = t.T, ps = a.page_size;
+    const int kw = t.hd.k_width, vw = t.hd.v_width;
     const bool vec = kw % 8 == 0 && vw % 8 == 0;
 
     float q[QP][8];
@@ -149,107 +121,21 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         for (int j = 0; j < 8; ++j) o[i][j] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
 
-    const int n_tiles = t.end > t.first ? (t.end - t.base + T - 1) / T : 0;
-    // This warp's tiles: warp + k * kWarps for k < n_mine, the k-th in stage k % kStages of its own
-    // ring. Interleaved rather than a contiguous quarter each: the tile grid (8-aligned starts from
-    // t.base) stays the one of the whole task, the 4 warps stream neighbouring bytes at the same time,
-    // and their tile counts differ by at most one whatever the task's length.
-    const int n_mine = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
-    uint8_t * wring = ring + warp * kWarpRingBytes;
-    auto tile_of = [&](int k) { return warp + k * kWarps; };
-
-    const int64_t k_head = int64_t(ps) * t.hd.k_offset, v_head = int64_t(ps) * t.hd.v_offset;
-    const int64_t k_page = int64_t(ps) * a.k_total, v_page = int64_t(ps) * a.v_total;
-    fast_divider div_k, div_v;  // flat offset in the request's K' (V') run -> page entry
-    div_k.init(uint32_t(ps * kw));
-    div_v.init(uint32_t(ps * vw));
-
-    auto page_entry = [&](int e) { return a.indices[t.p_begin + min(e, t.n_pg - 1)]; };
-    // Halves [lo8, lo8 + 8 n8) of the request's flat K' (or V') run needed by tile j, 8-aligned.
-    auto tile_span = [&](int j, int width, int & lo8, int & n8) {
-        const int A = t.base + j * T;
-        const int lo = max(A, t.first), hi = min(A + T, t.end);
-        lo8 = (lo * width) & ~7;
-        n8 = lo < hi ? ((((hi * width) + 7) & ~7) - lo8) >> 3 : 0;
-    };
-
-    // vec_stage: lane l copies chunks l + 32 i (i < kChunksPerLane) of a tile, the K' run's chunks
-    // first, then the V' run's. A tile's tokens lie in at most 32 pages (T <= kMaxTileTokens and
-    // page_size >= 8), so lane p holds the page-table entry of the tile's p-th page, loaded one tile
-    // ahead (in flight during a tile of math: the copies never wait on the page table), and each chunk
-    // takes its page from the lane holding it with one shuffle. (Keeping every chunk's entry or
-    // address instead costs 16 live registers or more per lane through the math: 50 more for QP = 4.)
-    auto first_page = [&](int j) { return max(t.base + j * T, t.first) / ps; };
-    int pg_next = 0;
-    auto locate = [&](int k) { pg_next = k < n_mine ? page_entry(first_page(tile_of(k)) + lane) : 0; };
-    // Synchronous element-wise copy of tile j by the warp's lanes (page sizes that are not multiples
-    // of 8, or page views not 16-byte aligned); visible to the other lanes after the next __syncwarp.
-    auto copy_scalar = [&](int j, __half * stage) {
-        const int A = t.base + j * T;
-        const int lo = max(A, t.first), hi = min(A + T, t.end);
-        for (int kv = 0; kv < 2; ++kv) {
-            const int w = kv ? vw : kw;
-            const __half * pages = kv ? a.v_pages : a.k_pages;
-            const int64_t head = kv ? v_head : k_head, page = kv ? v_page : k_page;
-            __half * sdst = stage + (kv ? T * kw : 0);
-            for (int idx = lane; idx < (hi - lo) * w; idx += 32) {
-                const int tok = lo + idx / w, f = idx % w;
-                const int e = tok / ps;
-                const int64_t pgn = min(max(page_entry(e), 0), a.n_pages - 1);
-                sdst[(tok - A) * w + f] = pages[pgn * page + head + int64_t(tok - e * ps) * w + f];
-            }
-        }
-    };
-    // Copies the warp's k-th tile into its stage (k % kStages) and commits one cp.async group.
-    auto issue = [&](int k) {
-        if (k < n_mine) {
-            const int j = tile_of(k);
-            uint8_t * stage = wring + (k % kStages) * kStageBytes;
-            if (a.vec_stage) {
-                int lo8k, nk, lo8v, nv;
-                tile_span(j, kw, lo8k, nk);
-                tile_span(j, vw, lo8v, nv);
-                const int A = t.base + j * T, e0 = first_page(j), pg = pg_next;
+    const int T = min((kStageHalves / (kw + vw)) & ~7, kMaxTileTokens);
+    stream st(a, t, ring + warp * kWarpRingBytes, T);
+    st.locate(0);
 #pragma unroll
-                for (int i = 0; i < kChunksPerLane; ++i) {
-                    if (32 * i >= nk + nv) break;  // uniform: the tile has no more chunks
-                    const int c = lane + 32 * i;
-                    const bool is_k = c < nk;
-                    const int F = is_k ? lo8k + 8 * c : lo8v + 8 * min(c - nk, nv);
-                    const int e = int(is_k ? div_k.div(uint32_t(F)) : div_v.div(uint32_t(F)));
-                    // every lane shuffles (full mask); e - e0 < 32 for the chunks that copy
-                    const int64_t pgn = min(max(__shfl_sync(full_mask, pg, (e - e0) & 31), 0), a.n_pages - 1);
-                    if (is_k)
-                        cp_async16(stage + (F - A * kw) * 2,
-                                   a.k_pages + pgn * k_page + k_head + (F - e * ps * kw), 16);
-                    else if (c - nk < nv)
-                        cp_async16(stage + (T * kw + F - A * vw) * 2,
-                                   a.v_pages + pgn * v_page + v_head + (F - e * ps * vw), 16);
-                }
-            } else {
-                copy_scalar(j, reinterpret_cast<__half *>(stage));
-            }
-        }
-        cp_async_commit();  // one group per call, empty ones included, so the counts line up
-    };
+    for (int s = 0; s < kStages - 1; ++s) st.issue(s);
 
-    if (a.vec_stage) locate(0);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        issue(s);
-        if (a.vec_stage) locate(s + 1);
-    }
+    for (int k = 0; k < st.n_mine; ++k) {  // uniform per warp
+        cp_async_wait<kStages - 2>();      // this lane's copies of tile k have landed
+        __syncwarp();                      // every lane's have; every lane is done with tile k - 1
+        st.issue(k + kStages - 1);         // refills tile k - 1's stage
 
-    for (int k = 0; k < n_mine; ++k) {  // uniform per warp
-        cp_async_wait<kStages - 2>();   // this lane's copies of tile k have landed
-        __syncwarp();                   // every lane's have; every lane is done with tile k - 1
-        issue(k + kStages - 1);         // refills tile k - 1's stage
-        if (a.vec_stage) locate(k + kStages);
-
-        const __half * kt = reinterpret_cast<const __half *>(wring + (k % kStages) * kStageBytes);
-        const __half * vt = kt + T * kw;
-        const int A = t.base + tile_of(k) * T;
-        const int u_lo = max(A, t.first) - A, u_hi = min(A + T, t.end) - A;
+        const __half * kt = st.k_rows(k);
+        const __half * vt = st.v_rows(k);
+        int u_lo, u_hi;
+        st.rows(k, u_lo, u_hi);
         const int n_steps = (u_hi - u_lo + G - 1) / G;
         for (int s0 = 0; s0 < n_steps; s0 += kU) {
             float s[kU];
@@ -337,24 +223,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
 
     rtask t;
-    t.task = int(blockIdx.x);
-    t.b = a.schedule[4 * t.task];
-    t.c = a.schedule[4 * t.task + 1];
-    if (t.b < 0 || t.b >= a.batch || t.c < 0 || t.c >= a.n_kv_heads) return;  // uniform
-    t.h0 = int(blockIdx.y) * QP;
-    t.nh = min(QP, a.group - t.h0);
-    t.hd = load_head(a.heads, t.c);
-    t.hd.k_width = min(max(t.hd.k_width, 1), 256);
-    t.hd.v_width = min(max(t.hd.v_width, 1), 256);
-    const int seq_len = request_len(a.indptr, a.last_page_len, t.b, a.page_size);
-    t.first = min(max(a.schedule[4 * t.task + 2], 0), seq_len);
-    t.end = min(max(a.schedule[4 * t.task + 3], t.first), seq_len);
-    t.base = t.first & ~7;
-    t.T = min((kStageHalves / (t.hd.k_width + t.hd.v_width)) & ~7, kMaxTileTokens);
-    t.p_begin = a.indptr[t.b];
-    t.n_pg = a.indptr[t.b + 1] - t.p_begin;
-    const int bc = t.b * a.n_kv_heads + t.c;
-    t.direct = a.merge[bc + 1] - a.merge[bc] == 1;
+    if (!load_task(a, QP, t)) return;  // uniform
 
     const int chunks = (max(t.hd.k_width, t.hd.v_width) + 7) / 8;
     int L = QP;
@@ -419,6 +288,19 @@ int qp_for(int64_t group) {
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
+// KVCOMP_RAGGED_DECODE (read here only): "simt" forces the SIMT kernel (to compare, or to fall back
+// on a GPU where the tensor-core kernel misbehaves); "mma" or unset: the tensor-core kernel
+// (attn_decode_ragged_mma.cu) wherever the widest head is <= 128, else the SIMT kernel.
+bool mma_requested() {
+    static const bool mma = [] {
+        const char * v = std::getenv("KVCOMP_RAGGED_DECODE");
+        if (!v || !*v || std::strcmp(v, "mma") == 0) return true;
+        if (std::strcmp(v, "simt") == 0) return false;
+        KVCOMP_THROW(status::invalid_argument, "KVCOMP_RAGGED_DECODE=", v, ": expected 'mma' or 'simt'");
+    }();
+    return mma;
+}
+
 bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -454,7 +336,7 @@ support supports_attn_decode_ragged(const op_desc & op) {
     if (p.nnz_pages * l.page_size * l.max_width >= (int64_t(1) << 31) ||
         l.page_size * std::max(l.k_total, l.v_total) >= (int64_t(1) << 31))
         return support::no("pages * page_size * max_width must stay below 2^31");
-    if ((group + qp_for(group) - 1) / qp_for(group) > 65535)
+    if ((group + 3) / 4 > 65535)  // the tensor-core kernel's head chunks of 4 (the SIMT one's are larger)
         return support::no("GQA group too large (grid y)");
     return support::yes();
 }
@@ -491,6 +373,10 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op) {
 
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
+        if (mma_requested() && ragged_mma_handles(l.max_width)) {
+            launch_attn_decode_ragged_mma(ctx, a);
+            return merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
+        }
         const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
         switch (qp) {
             case 1:

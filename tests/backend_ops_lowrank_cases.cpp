@@ -540,6 +540,9 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             }
         add(std::make_unique<ragged_decode_case>(rs({256, 1}, {1, 256}, 4, {300, 257}), false));
         add(std::make_unique<ragged_decode_case>(rs({16}, {16}, 8, {0, 0}), false));
+        // Widths that are multiples of 8 but not 16 (the CUDA tensor-core kernel copies them in
+        // 16-byte chunks and must keep the stale half of its last 16-channel step out of the scores).
+        add(std::make_unique<ragged_decode_case>(rs({24, 40, 8, 56}, {8, 120, 40, 24}, 4, {1000, 17, 3}), false));
         // GQA 8 (one work-group for all heads, 4-wide chunks) and 16 (two head sub-groups of 8).
         add(std::make_unique<ragged_decode_case>(rs({32, 24}, {16, 40}, 8, {700, 33}), false));
         add(std::make_unique<ragged_decode_case>(rs({32, 9}, {16, 40}, 16, {300, 1}), false));

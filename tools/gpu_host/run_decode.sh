@@ -10,9 +10,11 @@
 #   BASE     a bench_ops binary built from an earlier commit (its SHA in BASE_COMMIT): its decode
 #            sweeps (all of them: older binaries have no --sweeps) run in the same visit, for a
 #            before/after table
+#   SIMT=1   also run the sweeps with KVCOMP_RAGGED_DECODE=simt (the low-rank decode's SIMT kernel
+#            instead of the tensor-core one, same binary) into bench_decode_simt.csv
 #   NCU      a bench_ops -p/--contexts/--batches argument string: profile that case with Nsight
 #            Compute (when ncu is on the host) into $OUT/ncu.txt
-# Writes under $OUT: decode.log, bench_decode.csv (+ bench_decode_base.csv).
+# Writes under $OUT: decode.log, bench_decode.csv (+ bench_decode_simt.csv, bench_decode_base.csv).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
@@ -27,6 +29,10 @@ sweep_args=(--set none --prefill none --contexts "${CONTEXTS:-4K,16K,32K,128K}" 
       --gtest_filter="$FILTER"
   fi
   step $B/bench_ops -b cuda "${sweep_args[@]}" --sweeps "${SWEEPS:-fp16,quant}" --commit "$commit" --csv "$OUT/bench_decode.csv"
+  if [ "${SIMT:-0}" = 1 ]; then
+    KVCOMP_RAGGED_DECODE=simt step $B/bench_ops -b cuda "${sweep_args[@]}" --sweeps "${SWEEPS:-fp16,quant}" \
+      --commit "$commit-simt" --csv "$OUT/bench_decode_simt.csv"
+  fi
   if [ -n "${BASE:-}" ]; then
     step "$BASE" -b cuda "${sweep_args[@]}" --commit "${BASE_COMMIT:-base}" --csv "$OUT/bench_decode_base.csv"
   fi

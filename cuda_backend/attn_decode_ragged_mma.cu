@@ -1,0 +1,259 @@
+// attn_decode_ragged on tensor cores: decode attention in the reduced (per-head width) dims of
+// ZACK / FDC over fp16 ragged pages, for layouts whose widest head is <= 128 (every rank of a
+// head_dim <= 128 model). attn_decode_ragged.cu picks it, keeps its SIMT kernel for wider heads,
+// and defines the merge kernel both use.
+//
+// Why: the SIMT kernel gives each token's dot products, butterfly, softmax and p shuffles to
+// the lanes of a token group; with narrow heads that work falls on 2-4x fewer bytes than in the
+// fp16 decode, and it stayed issue-bound at 0.49 of the copy bandwidth on an H100 (16 x 32K,
+// balanced ~50 % ranks). Here a 16-token tile costs one ldmatrix and one mma per 16 channels of
+// K' and of V', plus one softmax step per lane.
+//
+// Kernel attn_decode_ragged_mma_kernel<W>: one block of 4 warps per (schedule row, chunk of 4 query
+//   heads); W = 64 or 128, the widths it is compiled for. Each warp streams its own tiles
+//   (ragged_stream.cuh, padded rows: 8 rows at one column in 8 bank groups) and runs every 16-row
+//   step of a tile itself; warps merge through shared memory at the end, as the SIMT kernel.
+// Scores (decode_mma.cuh): S^T = K' Q'^T with M = 16 tile rows (ldmatrix.x4 of K' rows: A
+//   fragments directly), N = 8 = (hi, lo) of q for 4 heads (B fragments built once per block, in
+//   registers), K = 16 channels per step. A head whose width is not a multiple of 16 has a last
+//   step whose channels past the width are zeros in q and, where the copy left them stale, zeroed
+//   in the A registers (stale halves may be any bit pattern: 0 * NaN would poison the score).
+// Values: O^T = V'^T P'^T with M = 16 channels (ldmatrix.x4.trans of V' rows gives the A fragment
+//   of the transpose), N = 8 = (hi, lo) of p for 4 heads (p_frag), K = the 16 rows. Lane (g, t)
+//   accumulates head t, channels 16m + g (c0 + c1) and 16m + g + 8 (c2 + c3); channels past the
+//   width only ever reach rows that are not stored.
+// Masking: rows past the task's tokens read the last valid row (clamped addresses) and get score
+//   -inf, so weight 0 times finite values; every row a step reads was copied for this tile.
+#include <climits>
+
+#include "decode_common.cuh"
+#include "decode_mma.cuh"
+#include "ragged_common.cuh"
+#include "ragged_stream.cuh"
+
+namespace kvcomp::cuda {
+
+namespace {
+
+constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
+constexpr int kStages = 2;
+// A stage holds 16 rows of K' and V' of the widest head (2 x 17 chunks of 16 bytes per row at
+// widths 128): 8.5 KiB, so 9 KiB; narrower heads get longer tiles (up to kMaxTileTokens).
+constexpr int kStageBytes = 9 * 1024;
+constexpr int kWarpRingBytes = kStages * kStageBytes;
+constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 72 KiB: 3 blocks per SM
+using stream = tile_stream<kStages, kStageBytes, true>;
+static_assert(16 * 2 * stage_row_halves<true>(128) * 2 <= kStageBytes, "16 rows of the widest head per stage");
+static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= kSmemBytes,
+              "the warps' merge area must fit in the rings it reuses");
+
+// B fragments of q (scaled by scale * log2 e) for K-step kk: lane (g, t) holds column g (head
+// g / 2, hi part for even g, lo for odd) at channels 16kk + 2t, + 1 (b0) and + 8, + 9 (b1). Zeros
+// past the width and for heads past the group.
+template <int MK>
+__device__ __forceinline__ void load_q_frags(const rdecode_args & a, const rtask & t, int lane,
+                                             uint32_t (&bq)[MK][2]) {
+    const int g = lane >> 2, tq = lane & 3, h = g >> 1;
+    const bool lo_part = g & 1, live = h < t.nh;
+    const int kw = t.hd.k_width;
+    const float * qrow = a.q + int64_t(t.b) * a.group * a.k_total + int64_t(a.group) * t.hd.k_offset +
+                         int64_t(t.h0 + (live ? h : 0)) * kw;
+    auto part = [&](int c) {
+        const float x = live && c < kw ? qrow[c] * a.qscale : 0.0f;
+        const float hi = __half2float(__float2half_rn(x));
+        return lo_part ? x - hi : hi;
+    };
+#pragma unroll
+    for (int kk = 0; kk < MK; ++kk) {
+        const int c = 16 * kk + 2 * tq;
+        bq[kk][0] = pack_half2(part(c), part(c + 1));
+        bq[kk][1] = pack_half2(part(c + 8), part(c + 9));
+    }
+}
+
+// Per-warp state: lane (g, t) keeps head t's running max (shared by its 8 lanes) and its part of
+// the sum, and the output accumulators of the m-tiles.
+template <int MV>
+struct rstate {
+    float o[MV][4];
+    float m = -INFINITY, l = 0.0f;
+};
+
+// The geometry of one staged tile as a warp reads it.
+struct tile_view {
+    const uint8_t * k;  // row 0 of K' in the stage
+    const uint8_t * v;  // row 0 of V'
+    int k_row, v_row;   // row strides (bytes)
+    int nk, nv;         // 16-channel steps of K' and of V'
+    bool k_tail;        // the last K' step has <= 8 channels: zero its upper A registers
+};
+
+// Scores of rows r0 .. r0 + 15 (rows < hi are the task's): this lane's head t for rows r0 + g (.x)
+// and r0 + g + 8 (.y), -inf past hi.
+template <int MK>
+__device__ __forceinline__ float2 tile_scores(const tile_view & tv, int r0, int hi, const uint32_t (&bq)[MK][2],
+                                              int lane) {
+    // ldmatrix rows: lanes 0-15 give rows 0-15 at the step's first 8 channels, lanes 16-31 the
+    // same rows at its last 8 (matrices 0..3 = a0..a3 of the A fragment).
+    const uint8_t * row = tv.k + min(r0 + (lane & 15), hi - 1) * tv.k_row + (lane >> 4) * 16;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < MK; ++kk) {
+        if (kk < tv.nk) {  // uniform
+            uint32_t af[4];
+            ldmatrix_x4(af, row + 32 * kk);
+            if (kk == tv.nk - 1 && tv.k_tail) af[2] = af[3] = 0u;
+            mma_16816(kk & 1 ? s2 : s, af, bq[kk][0], bq[kk][1]);  // two chains of dependent mma
+        }
+    }
+    const int g = lane >> 2;
+    return make_float2(r0 + g < hi ? (s[0] + s2[0]) + (s[1] + s2[1]) : -INFINITY,
+                       r0 + g + 8 < hi ? (s[2] + s2[2]) + (s[3] + s2[3]) : -INFINITY);
+}
+
+// Adds rows r0 .. r0 + 15 of V' weighted by this lane's p0 (row r0 + g) and p1 (row r0 + g + 8).
+template <int MV>
+__device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & tv, int r0, int hi, float p0,
+                                            float p1, int lane) {
+    uint32_t b0, b1;
+    p_frag(p0, p1, b0, b1);
+    // ldmatrix.trans rows: matrix i = lane / 8 is rows 8 (i / 2) + 0..7 at channels 8 (i % 2) + 0..7
+    // of the m-tile: a0 = channels 0-7 x rows 0-7, a1 = channels 8-15, a2 / a3 = rows 8-15.
+    const uint8_t * row = tv.v + min(r0 + (lane & 7) + ((lane >> 4) << 3), hi - 1) * tv.v_row + ((lane >> 3) & 1) * 16;
+#pragma unroll
+    for (int m = 0; m < MV; ++m) {
+        if (m < tv.nv) {  // uniform
+            uint32_t af[4];
+            ldmatrix_x4_trans(af, row + 32 * m);
+            mma_16816(st.o[m], af, b0, b1);
+        }
+    }
+}
+
+template <int MV>
+__device__ __forceinline__ void rescale(rstate<MV> & st, float alpha) {
+    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
+    if (__any_sync(full_mask, alpha != 1.0f)) {
+#pragma unroll
+        for (int m = 0; m < MV; ++m)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) st.o[m][k] *= alpha;
+    }
+}
+
+// W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
+template <int W>
+__global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kernel(const rdecode_args a) {
+    constexpr int MK = W / 16, MV = W / 16;
+    extern __shared__ uint4 smem[];
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+    rtask t;
+    if (!load_task(a, QH, t)) return;  // uniform
+    t.hd.k_width = min(t.hd.k_width, W);  // the launch checked max_width <= W
+    t.hd.v_width = min(t.hd.v_width, W);
+    const int kw = t.hd.k_width, vw = t.hd.v_width;
+
+    uint32_t bq[MK][2];
+    load_q_frags<MK>(a, t, lane, bq);
+    rstate<MV> st;
+#pragma unroll
+    for (int m = 0; m < MV; ++m)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
+
+    const int rs_k = stage_row_halves<true>(kw), rs_v = stage_row_halves<true>(vw);
+    const int T = min((kStageBytes / (2 * (rs_k + rs_v))) & ~15, kMaxTileTokens & ~15);
+    stream ts(a, t, ring + warp * kWarpRingBytes, T);
+    tile_view tv;
+    tv.k_row = 2 * rs_k, tv.v_row = 2 * rs_v;
+    tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
+    tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
+
+    ts.locate(0);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
+    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
+        cp_async_wait<kStages - 2>();      // this lane's copies of tile k have landed
+        __syncwarp();                      // every lane's have; every lane is done with tile k - 1
+        ts.issue(k + kStages - 1);         // refills tile k - 1's stage
+
+        tv.k = reinterpret_cast<const uint8_t *>(ts.k_rows(k));
+        tv.v = reinterpret_cast<const uint8_t *>(ts.v_rows(k));
+        int lo, hi;
+        ts.rows(k, lo, hi);
+        // Software-pipelined: the next step's scores are independent of this step's softmax and
+        // values, so the scheduler can interleave them (a warp streams alone: its own ILP hides
+        // the mma and shared-memory latencies).
+        float2 s = tile_scores<MK>(tv, lo, hi, bq, lane);
+        for (int r0 = lo; r0 < hi; r0 += 16) {
+            float p0, p1;
+            rescale(st, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
+            float2 next = make_float2(-INFINITY, -INFINITY);
+            if (r0 + 16 < hi) next = tile_scores<MK>(tv, r0 + 16, hi, bq, lane);
+            tile_values<MV>(st, tv, r0, hi, p0, p1, lane);
+            s = next;
+        }
+    }
+    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+
+    // The warps' states merge through the rings (decode_common.cuh's layout: o [warps][QH][W],
+    // then m and l [warps][QH]).
+    st.l = head_sum(st.l);
+    __syncthreads();  // every warp is done with its ring
+    float * sm = reinterpret_cast<float *>(ring);
+    float * sm_o = sm;
+    float * sm_m = sm_o + kRaggedWarps * QH * W;
+    float * sm_l = sm_m + kRaggedWarps * QH;
+#pragma unroll
+    for (int m = 0; m < MV; ++m) {
+        if (m < tv.nv) {
+            float * dst = sm_o + (warp * QH + t4) * W + 16 * m + g;
+            dst[0] = st.o[m][0] + st.o[m][1];
+            dst[8] = st.o[m][2] + st.o[m][3];
+        }
+    }
+    if (g == 0) {
+        sm_m[warp * QH + t4] = st.m;
+        sm_l[warp * QH + t4] = st.l;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < t.nh * vw; idx += kRaggedThreads) {
+        const int i = idx / vw, d = idx % vw;
+        float lse2;
+        const float val = merge_warp_states<QH, W, kRaggedWarps>(sm, i, d, lse2);
+        const int h = t.h0 + i;
+        if (t.direct) {
+            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw + d] = val;
+        } else {
+            const int64_t row = int64_t(t.task) * a.group + h;
+            a.part_o[row * a.max_width + d] = val;
+            if (d == 0) a.part_lse[row] = lse2;
+        }
+    }
+}
+
+template <int W>
+void launch(context & ctx, const rdecode_args & a, dim3 grid) {
+    KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_mma_kernel<W>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    attn_decode_ragged_mma_kernel<W><<<grid, kRaggedThreads, kSmemBytes, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool ragged_mma_handles(int64_t max_width) {
+    return max_width <= 128;
+}
+
+void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a) {
+    const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
+    if (a.max_width <= 64)
+        launch<64>(ctx, a, grid);
+    else
+        launch<128>(ctx, a, grid);
+}
+
+}  // namespace kvcomp::cuda
