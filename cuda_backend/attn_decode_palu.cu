@@ -221,7 +221,7 @@ support supports_attn_decode_palu(const op_desc & op) {
         p.batch * l.n_kv_heads >= INT_MAX || p.batch * p.n_q_heads * p.head_dim > INT_MAX)
         return support::no("page pool, page table, schedule and q must fit in 32-bit counts");
     const int64_t group = p.n_q_heads / l.n_kv_heads;
-    if ((group + kWarps - 1) / kWarps > 65535) return support::no("GQA group too large (grid y)");
+    if (group > 65535) return support::no("GQA group too large (grid y of the merge)");
     return support::yes();
 }
 

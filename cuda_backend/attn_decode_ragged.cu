@@ -9,27 +9,18 @@
 //   ragged_merge_kernel            combines the tasks' partials of one (request, KV head).
 // Layout: core/op.h "Low-rank KV"; partials: ragged_common.cuh.
 //
-// Memory: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves,
-// so a tile of T consecutive tokens is a few contiguous runs (one per page it touches). Each warp
-// streams its own tiles (warp w takes tiles w, w + 4, ... of the task) through a ring of its own in
-// shared memory: its 32 lanes copy a tile's K' and V' runs into one stage with cp.async in 16-byte
-// chunks (consecutive lanes, consecutive chunks: coalesced whatever the width), wait for their own
-// copies and meet at a __syncwarp, and only then refill the stage the warp read last; kStages - 1
-// tiles (1 by default) are in flight while one is consumed, and the tile loop has no block barrier
-// (a warp never waits for another's copies or math). The tile size is chosen per head so that a
-// stage holds ~8 KiB (at least 8 tokens of the widest head, 256 + 256; at most 248 tokens).
-// (This replaced one block-wide ring whose 12 KiB tiles the 4 warps shared, with a __syncthreads
-// per tile: each warp had a few token steps per tile, then waited for the slowest warp and for the
-// tile's copies, which left the kernel latency-bound at 0.45 of the copy bandwidth on an H100
-// (batch 16 x 32K; twice as many tasks did not help); attn_decode_quant_mma.cu had the same
-// disease and the same cure.)
-// Page-table entries are loaded one tile ahead, one per lane (a tile's tokens lie in at most 32
-// pages), so the copies never wait on the page table. Tiles start at multiples of 8 tokens, so a
-// 16-byte chunk never straddles a page when page_size % 8 == 0 (then any width works); other page
-// sizes, or page views not 16-byte aligned, take a synchronous element-wise copy by the warp's
-// lanes with the same layout (correct, slower). Shared memory: 4 warps x kStages x 8 KiB (64 KiB
-// with the default KVCOMP_RAGGED_STAGES = 2, past the 48 KiB default: the launch opts in), which
-// on an H100 allows 3 blocks per SM, as many as the registers allow for QP = 4.
+// Memory: each warp streams its own tiles of the task (warp w takes tiles w, w + 4, ...) through a
+// ring of its own in shared memory (ragged_stream.cuh: a tile is a few whole runs of a page's K'
+// and V' rows, copied with cp.async in 16-byte chunks; page-table entries one tile ahead), waits
+// for its own copies at a __syncwarp, and never meets the other warps inside the tile loop. The
+// tile size is chosen per head so that a stage holds ~8 KiB (at least 8 tokens of the widest
+// head, 256 + 256; at most 248 tokens). (This replaced one block-wide ring whose 12 KiB tiles the
+// 4 warps shared, with a __syncthreads per tile, which left the kernel latency-bound at 0.45 of the
+// copy bandwidth on an H100, batch 16 x 32K.) Page sizes that are not multiples of 8, or page views
+// not 16-byte aligned, take a synchronous element-wise copy with the same layout (correct, slower).
+// Shared memory: 4 warps x kStages x 8 KiB (64 KiB with the default KVCOMP_RAGGED_STAGES = 2, past
+// the 48 KiB default: the launch opts in), which on an H100 allows 3 blocks per SM, as many as the
+// registers allow for QP = 4.
 //
 // Math (as attn_decode.cu, with the width a run-time value): L lanes share a token (L = the
 // power of two >= max(k_width, v_width) / 8, at least QP), each lane owning 8 consecutive features
@@ -121,15 +112,13 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         for (int j = 0; j < 8; ++j) o[i][j] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
 
-    const int T = min((kStageHalves / (kw + vw)) & ~7, kMaxTileTokens);
-    stream st(a, t, ring + warp * kWarpRingBytes, T);
+    stream st(a, t, ring + warp * kWarpRingBytes, kStageHalves / (kw + vw));
     st.locate(0);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) st.issue(s);
 
     for (int k = 0; k < st.n_mine; ++k) {  // uniform per warp
-        cp_async_wait<kStages - 2>();      // this lane's copies of tile k have landed
-        __syncwarp();                      // every lane's have; every lane is done with tile k - 1
+        st.wait(k);                        // tile k is in its stage for every lane
         st.issue(k + kStages - 1);         // refills tile k - 1's stage
 
         const __half * kt = st.k_rows(k);
@@ -251,36 +240,90 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
 }
 
 // out of (b, c) with >= 2 tasks: sum_t 2^(lse_t - M) o_t / sum_t 2^(lse_t - M); zeros with none.
-__global__ void ragged_merge_kernel(const ragged_merge_args a) {
-    const int bc = int(blockIdx.x);
+// One block per (request, KV head) and query head i of its group (grid y). The block's 8 warps take
+// contiguous slices of the tasks; in each round a warp's lanes read 32 tasks' numbers and lse at
+// once, and then the warp adds their output rows (lane l: channels l, l + 32, ...), whose loads do
+// not depend on each other. Warps end with an online (max, sum, acc) state that the block combines
+// in a fixed order (deterministic). (The previous kernel gave each output channel one thread that
+// walked every task twice through dependent loads: 176 us for 66 tasks per head at batch 1 x 32K
+// on an H200, 2.6x the decode kernel it followed.)
+constexpr int kMergeThreads = 256;
+constexpr int kMergeWarps = kMergeThreads / 32;
+constexpr int kMergeJ = 256 / 32;  // channels per lane (max_width <= 256, core/op.h)
+
+__global__ void __launch_bounds__(kMergeThreads) ragged_merge_kernel(const ragged_merge_args a) {
+    const int bc = int(blockIdx.x), i = int(blockIdx.y);
     const int b = bc / a.n_kv_heads, c = bc % a.n_kv_heads;
     const int ptr = a.batch * a.n_kv_heads + 1;
     const int t0 = a.merge[bc], n = a.merge[bc + 1] - t0;
     if (n == 1) return;  // its task wrote out directly
     const ragged_head hd = load_head(a.heads, c);
     const int vw = min(max(hd.v_width, 1), a.max_width);
-    float * out = a.out + int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset;
-    for (int idx = threadIdx.x; idx < a.group * vw; idx += blockDim.x) {
-        const int i = idx / vw, d = idx % vw;
-        float mx = -INFINITY;
-        for (int k = 0; k < n; ++k) {
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+
+    float m = -INFINITY, l = 0.0f, acc[kMergeJ];
+#pragma unroll
+    for (int j = 0; j < kMergeJ; ++j) acc[j] = 0.0f;
+    const int per_warp = (n + kMergeWarps - 1) / kMergeWarps;
+    const int k_end = min(n, (warp + 1) * per_warp);
+    for (int k0 = warp * per_warp; k0 < k_end; k0 += 32) {  // uniform per warp
+        const int k = k0 + lane;
+        int64_t row = -1;
+        float lse = -INFINITY;
+        if (k < k_end) {
             const int task = a.merge[ptr + t0 + k];
-            if (task >= 0 && task < a.n_tasks) mx = fmaxf(mx, a.part_lse[int64_t(task) * a.group + i]);
-        }
-        float val = 0.0f;
-        if (mx != -INFINITY) {
-            float num = 0.0f, den = 0.0f;
-            for (int k = 0; k < n; ++k) {
-                const int task = a.merge[ptr + t0 + k];
-                if (task < 0 || task >= a.n_tasks) continue;
-                const int64_t row = int64_t(task) * a.group + i;
-                const float wt = exp2f(a.part_lse[row] - mx);
-                num = fmaf(wt, a.part_o[row * a.max_width + d], num);
-                den += wt;
+            if (task >= 0 && task < a.n_tasks) {
+                row = int64_t(task) * a.group + i;
+                lse = a.part_lse[row];
             }
-            val = num / den;
         }
-        out[int64_t(i) * vw + d] = val;
+        float mr = lse;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mr = fmaxf(mr, __shfl_xor_sync(full_mask, mr, off));
+        if (mr == -INFINITY) continue;  // uniform: no task of the round has tokens
+        const float m_new = fmaxf(m, mr);
+        const float alpha = exp2f(m - m_new);  // 0 while m is -inf
+        const float wt = lse == -INFINITY ? 0.0f : exp2f(lse - m_new);
+        float ws = wt;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ws += __shfl_xor_sync(full_mask, ws, off);
+        l = l * alpha + ws;
+        m = m_new;
+#pragma unroll
+        for (int j = 0; j < kMergeJ; ++j) acc[j] *= alpha;
+        const int n_round = min(32, k_end - k0);
+#pragma unroll 4
+        for (int r = 0; r < n_round; ++r) {
+            const float w = __shfl_sync(full_mask, wt, r);
+            const int64_t rr = __shfl_sync(full_mask, row, r);
+            if (w == 0.0f) continue;  // uniform
+            const float * o = a.part_o + rr * a.max_width;
+#pragma unroll
+            for (int j = 0; j < kMergeJ; ++j)
+                if (lane + 32 * j < vw) acc[j] = fmaf(w, o[lane + 32 * j], acc[j]);
+        }
+    }
+
+    __shared__ float s_m[kMergeWarps], s_l[kMergeWarps], s_o[kMergeWarps][256];
+    if (lane == 0) s_m[warp] = m, s_l[warp] = l;
+#pragma unroll
+    for (int j = 0; j < kMergeJ; ++j) s_o[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kMergeWarps; ++w) M = fmaxf(M, s_m[w]);
+    float * out = a.out + int64_t(b) * a.group * a.v_total + int64_t(a.group) * hd.v_offset + int64_t(i) * vw;
+    for (int d = int(threadIdx.x); d < vw; d += kMergeThreads) {
+        float num = 0.0f, den = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < kMergeWarps; ++w) {
+                const float f = s_m[w] == -INFINITY ? 0.0f : exp2f(s_m[w] - M);
+                num = fmaf(f, s_o[w][d], num);
+                den = fmaf(f, s_l[w], den);
+            }
+        }
+        out[d] = den > 0.0f ? num / den : 0.0f;
     }
 }
 
@@ -320,7 +363,8 @@ void launch_decode(context & ctx, const rdecode_args & a, dim3 grid) {
 }  // namespace
 
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
-    ragged_merge_kernel<<<unsigned(a.batch * a.n_kv_heads), 128, 0, ctx.stream>>>(a);
+    const dim3 grid(unsigned(a.batch * a.n_kv_heads), unsigned(a.group));
+    ragged_merge_kernel<<<grid, kMergeThreads, 0, ctx.stream>>>(a);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
@@ -336,7 +380,7 @@ support supports_attn_decode_ragged(const op_desc & op) {
     if (p.nnz_pages * l.page_size * l.max_width >= (int64_t(1) << 31) ||
         l.page_size * std::max(l.k_total, l.v_total) >= (int64_t(1) << 31))
         return support::no("pages * page_size * max_width must stay below 2^31");
-    if ((group + 3) / 4 > 65535)  // the tensor-core kernel's head chunks of 4 (the SIMT one's are larger)
+    if (group > 65535)  // the merge kernel's grid y (the decode kernels' head chunks are larger)
         return support::no("GQA group too large (grid y)");
     return support::yes();
 }

@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
         for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
 
     const int rs_k = stage_row_halves<true>(kw), rs_v = stage_row_halves<true>(vw);
-    const int T = min((kStageBytes / (2 * (rs_k + rs_v))) & ~15, kMaxTileTokens & ~15);
-    stream ts(a, t, ring + warp * kWarpRingBytes, T);
+    // Rows of both heads that fit a stage, in whole 16-row mma steps.
+    stream ts(a, t, ring + warp * kWarpRingBytes, (kStageBytes / (2 * (rs_k + rs_v))) & ~15);
     tile_view tv;
     tv.k_row = 2 * rs_k, tv.v_row = 2 * rs_v;
     tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
     for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
-        cp_async_wait<kStages - 2>();      // this lane's copies of tile k have landed
-        __syncwarp();                      // every lane's have; every lane is done with tile k - 1
+        ts.wait(k);                        // tile k is in its stage for every lane
         ts.issue(k + kStages - 1);         // refills tile k - 1's stage
 
         tv.k = reinterpret_cast<const uint8_t *>(ts.k_rows(k));

@@ -3,27 +3,36 @@
 // rows into shared memory. attn_decode_ragged.cu (SIMT) and attn_decode_ragged_mma.cu (tensor
 // cores) differ only in the math they run on a staged tile.
 //
-// Tiles: a task's tokens [first, end) are cut into tiles of T tokens starting at base = first & ~7
-// (T a multiple of 8, chosen per head by the kernel). Warp w streams tiles w, w + 4, ... through a
-// ring of kStages stages of its own: its 32 lanes copy a tile's K' and V' runs with cp.async in
-// 16-byte chunks, wait for their own copies and meet at a __syncwarp, and only then refill the
-// stage the warp read last; kStages - 1 tiles are in flight while one is consumed, and no warp
-// waits for another's copies or math.
+// Tiles: a task's tokens [first, end) are cut into tiles of T tokens starting at base (first rounded
+// down to a multiple of R, below). Warp w streams tiles w, w + 4, ... through a ring of kStages
+// stages of its own: its 32 lanes copy a tile's K' and V' rows with cp.async in 16-byte chunks,
+// wait for their own copies and meet at a __syncwarp, and only then refill the stage the warp read
+// last; kStages - 1 tiles are in flight while one is consumed, and no warp waits for another's
+// copies or math.
+//
+// Runs: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves. A
+// tile is n_runs runs of R rows, each inside one page: R = page_size and n_runs = T_max / page_size
+// when a page fits the stage's T_max rows, else n_runs = 1 and R = the largest multiple of 8 <=
+// T_max dividing page_size. So base is R-aligned, every run starts at a row of its page that is a
+// multiple of 8, and a run is a plain contiguous copy: lane l takes chunks l, l + 32, ... of it
+// (coalesced), and the chunk's place in the stage is its index, plus the padding of the rows
+// before it (one fast division by the chunks per row, PAD only). (The previous copy mapped every
+// chunk of the tile's flat span to its page and row with two run-time divisions and a shuffle:
+// ~80 instructions per 16 bytes, which made both kernels issue-bound on address arithmetic; Nsight
+// Compute on an H200, 16 x 32K: IMAD 28 % of all instructions, HMMA 1.6 %.) A run may copy rows
+// before first or past end (inside the same page): the kernels never read those rows.
 //
 // Stage layout: T rows of K' then T rows of V'; token A + r of the tile at row r. The row stride is
-//   PAD = false: the width (the rows are the page's flat run, copied as it is);
+//   PAD = false: the width (runs are copied as they are);
 //   PAD = true: the width rounded up to 16 halves (whole mma k-steps) plus one 16-byte chunk: an odd
 //     number of chunks, so eight consecutive rows at the same column fall into eight different
 //     bank groups (ldmatrix reads eight rows of 16 bytes per phase). Element-wise copies write
 //     zeros past the width; chunk copies leave the halves past it as they were (the kernel must
 //     not let them reach a result).
-// Memory: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves,
-// so a tile is a few contiguous runs (one per page it touches). A tile's tokens lie in at most 32
-// pages (T <= 248 and page_size >= 8 on the vector path), so lane p holds the page-table entry of the
-// tile's p-th page, loaded one tile ahead (the copies never wait on the page table), and each chunk
-// takes its page from the lane holding it with one shuffle. Chunks never straddle a page when
-// page_size % 8 == 0 and, with PAD, the widths are multiples of 8; otherwise (or for page views not
-// 16-byte aligned) the warp's lanes copy element by element into the same layout (correct, slower).
+// Page-table entries: lane j holds the entry of the tile's j-th page (n_runs <= 31), loaded one
+// tile ahead, so the copies never wait on the page table. The chunk path needs page_size % 8 == 0,
+// page views 16-byte aligned and, with PAD, widths that are multiples of 8; otherwise the warp's
+// lanes copy element by element into the same layout (correct, slower).
 //
 // Invalid inputs a kernel cannot refuse: request and KV head outside the tables make the block
 // exit; token ranges are clamped to the request; page numbers are clamped to the pool.
@@ -99,45 +108,56 @@ __host__ __device__ constexpr int stage_row_halves(int w) {
 // One warp's stream of its tiles of task t (see the banner). STAGE_BYTES: bytes of one stage.
 template <int STAGES, int STAGE_BYTES, bool PAD>
 struct tile_stream {
-    static constexpr int kChunksPerLane = STAGE_BYTES / 16 / 32;
-    static_assert(STAGE_BYTES % (16 * 32) == 0, "every lane copies the same number of chunk slots");
     static_assert(STAGES >= 2, "one stage in flight while one is consumed");
 
     const rdecode_args & a;
     const rtask & t;
     uint8_t * ring;  // this warp's STAGES stages
-    int warp, lane, T, n_mine;
+    int warp, lane;
+    int T, R, n_runs;  // tokens per tile, rows per run, runs per tile (see the banner)
+    int base, n_mine;  // first tile's first token; tiles this warp streams
     int kw, vw, rs_k, rs_v;  // widths and stage row strides (halves)
     bool vec;                // 16-byte cp.async chunks (else element-wise copies)
     int64_t k_head, v_head, k_page, v_page;
-    fast_divider div_k, div_v;  // flat offset in the request's K' (V') run -> page entry
-    fast_divider row_k, row_v;  // PAD: chunk within the tile -> row
+    fast_divider div_ps;        // token -> page of the request
+    fast_divider row_k, row_v;  // PAD: chunk of a run -> row
     int pg_next = 0;
 
-    // T: tokens per tile (a multiple of 8, at most kMaxTileTokens, T rows of each fit a stage).
-    __device__ __forceinline__ tile_stream(const rdecode_args & a_, const rtask & t_, uint8_t * warp_ring, int T_)
-        : a(a_), t(t_), ring(warp_ring), T(T_) {
+    // t_max: the most tokens whose K' and V' rows fit a stage (>= 8); the stream picks T <= t_max.
+    __device__ __forceinline__ tile_stream(const rdecode_args & a_, const rtask & t_, uint8_t * warp_ring, int t_max)
+        : a(a_), t(t_), ring(warp_ring) {
         lane = int(threadIdx.x) & 31;
         warp = int(threadIdx.x) >> 5;
         kw = t.hd.k_width, vw = t.hd.v_width;
         rs_k = stage_row_halves<PAD>(kw), rs_v = stage_row_halves<PAD>(vw);
-        vec = a.vec_stage && (!PAD || (kw % 8 == 0 && vw % 8 == 0));
-        const int n_tiles = t.end > t.first ? (t.end - t.base + T - 1) / T : 0;
-        // Interleaved rather than a contiguous quarter each: the tile grid (8-aligned starts from
-        // t.base) stays the one of the whole task, the 4 warps stream neighbouring bytes at the
-        // same time, and their tile counts differ by at most one whatever the task's length.
-        n_mine = n_tiles > warp ? (n_tiles - warp + kRaggedWarps - 1) / kRaggedWarps : 0;
         const int ps = a.page_size;
+        vec = a.vec_stage && (!PAD || (kw % 8 == 0 && vw % 8 == 0));
+        t_max = max(min(t_max, kMaxTileTokens) & ~7, 8);
+        if (!vec) {
+            R = T = t_max, n_runs = 1;
+        } else if (ps <= t_max) {
+            R = ps, n_runs = t_max / ps, T = R * n_runs;
+        } else {
+            R = t_max;
+            while (ps % R != 0) R -= 8;  // ends at 8 at the latest (ps % 8 == 0)
+            T = R, n_runs = 1;
+        }
+        base = t.first - t.first % R;
+        const int n_tiles = t.end > t.first ? (t.end - base + T - 1) / T : 0;
+        // Interleaved rather than a contiguous quarter each: the 4 warps stream neighbouring bytes
+        // at the same time, and their tile counts differ by at most one whatever the task's length.
+        n_mine = n_tiles > warp ? (n_tiles - warp + kRaggedWarps - 1) / kRaggedWarps : 0;
         k_head = int64_t(ps) * t.hd.k_offset, v_head = int64_t(ps) * t.hd.v_offset;
         k_page = int64_t(ps) * a.k_total, v_page = int64_t(ps) * a.v_total;
-        div_k.init(uint32_t(ps * kw));
-        div_v.init(uint32_t(ps * vw));
-        row_k.init(uint32_t(max(kw / 8, 1)));
-        row_v.init(uint32_t(max(vw / 8, 1)));
+        div_ps.init(uint32_t(ps));
+        if constexpr (PAD) {
+            row_k.init(uint32_t(max(kw / 8, 1)));
+            row_v.init(uint32_t(max(vw / 8, 1)));
+        }
     }
 
     __device__ __forceinline__ int tile_of(int k) const { return warp + k * kRaggedWarps; }
-    __device__ __forceinline__ int tile_start(int k) const { return t.base + tile_of(k) * T; }
+    __device__ __forceinline__ int tile_start(int k) const { return base + tile_of(k) * T; }
     // Rows [lo, hi) of the warp's k-th tile that hold the task's tokens.
     __device__ __forceinline__ void rows(int k, int & lo, int & hi) const {
         const int A = tile_start(k);
@@ -150,10 +170,9 @@ struct tile_stream {
     __device__ __forceinline__ const __half * v_rows(int k) const { return k_rows(k) + T * rs_k; }
 
     __device__ __forceinline__ int page_entry(int e) const { return a.indices[t.p_begin + min(e, t.n_pg - 1)]; }
-    __device__ __forceinline__ int first_page(int k) const { return max(tile_start(k), t.first) / a.page_size; }
-    // Loads the page-table entries of the warp's k-th tile (vector path; one per lane).
+    // Loads the page-table entries of the warp's k-th tile (vector path; lane j: its j-th page).
     __device__ __forceinline__ void locate(int k) {
-        if (vec) pg_next = k < n_mine ? page_entry(first_page(k) + lane) : 0;
+        if (vec) pg_next = k < n_mine && lane < n_runs ? page_entry(int(div_ps.div(uint32_t(tile_start(k)))) + lane) : 0;
     }
 
     // Copies the warp's k-th tile into its stage and commits one cp.async group (empty ones too, so
@@ -162,7 +181,7 @@ struct tile_stream {
         if (k < n_mine) {
             uint8_t * stage = ring + (k % STAGES) * STAGE_BYTES;
             if (vec)
-                copy_chunks(k, stage);
+                copy_runs(k, stage);
             else
                 copy_scalar(k, reinterpret_cast<__half *>(stage));
         }
@@ -170,40 +189,38 @@ struct tile_stream {
         locate(k + 1);
     }
 
-    // Halves [lo8, lo8 + 8 n8) of the request's flat K' (or V') run needed by tile k, 8-aligned.
-    __device__ __forceinline__ void span(int k, int width, int & lo8, int & n8) const {
-        const int A = tile_start(k);
-        const int lo = max(A, t.first), hi = min(A + T, t.end);
-        lo8 = (lo * width) & ~7;
-        n8 = lo < hi ? ((((hi * width) + 7) & ~7) - lo8) >> 3 : 0;
+    // Waits until tile k has landed in its stage, for every lane of the warp.
+    __device__ __forceinline__ void wait(int k) {
+        cp_async_wait<STAGES - 2>();  // this lane's copies of tile k have landed
+        __syncwarp();                 // every lane's have; every lane is done with tile k - 1
     }
 
-    // Lane l copies chunks l + 32 i of a tile, the K' run's chunks first, then the V' run's.
-    __device__ __forceinline__ void copy_chunks(int k, uint8_t * stage) {
-        int lo8k, nk, lo8v, nv;
-        span(k, kw, lo8k, nk);
-        span(k, vw, lo8v, nv);
-        const int A = tile_start(k), e0 = first_page(k), pg = pg_next;
-#pragma unroll
-        for (int i = 0; i < kChunksPerLane; ++i) {
-            if (32 * i >= nk + nv) break;  // uniform: the tile has no more chunks
-            const int c = lane + 32 * i;
-            const bool is_k = c < nk;
-            const int F = is_k ? lo8k + 8 * c : lo8v + 8 * min(c - nk, nv);
-            const int e = int(is_k ? div_k.div(uint32_t(F)) : div_v.div(uint32_t(F)));
-            // every lane shuffles (full mask); e - e0 < 32 for the chunks that copy
-            const int64_t pgn = min(max(__shfl_sync(full_mask, pg, (e - e0) & 31), 0), a.n_pages - 1);
-            const int w = is_k ? kw : vw;
-            int x = F - A * w;  // halves from the tile's first row
-            if constexpr (PAD) {
-                const int row = int((is_k ? row_k : row_v).div(uint32_t(x >> 3)));
-                x += row * ((is_k ? rs_k : rs_v) - w);
-            }
-            if (is_k)
-                cp_async16(stage + x * 2, a.k_pages + pgn * k_page + k_head + (F - e * a.page_size * kw), 16);
-            else if (c - nk < nv)
-                cp_async16(stage + (T * rs_k + x) * 2, a.v_pages + pgn * v_page + v_head + (F - e * a.page_size * vw),
-                           16);
+    // n16 chunks of 16 bytes from src to the stage rows at dst; PAD: a row holds `per_row` chunks
+    // and is followed by pad halves.
+    __device__ __forceinline__ void copy_run(uint8_t * dst, const __half * src, int n16, const fast_divider & row,
+                                             int pad) const {
+        for (int c = lane; c < n16; c += 32) {
+            int x = 8 * c;  // halves from the run's first row in the stage
+            if constexpr (PAD) x += int(row.div(uint32_t(c))) * pad;
+            cp_async16(dst + 2 * x, src + 8 * c, 16);
+        }
+    }
+
+    // The runs of tile k (see the banner): each run's page from the lane holding it, then a
+    // contiguous copy of its K' rows and of its V' rows.
+    __device__ __forceinline__ void copy_runs(int k, uint8_t * stage) const {
+        const int A = tile_start(k), ps = a.page_size;
+        const int e0 = int(div_ps.div(uint32_t(A)));
+        for (int j = 0; j < n_runs; ++j) {  // uniform
+            const int r0 = A + j * R;
+            if (r0 >= t.end) break;
+            const int e = int(div_ps.div(uint32_t(r0)));
+            const int64_t pgn = min(max(__shfl_sync(full_mask, pg_next, (e - e0) & 31), 0), a.n_pages - 1);
+            const int o = r0 - e * ps;  // the run's first row in its page
+            copy_run(stage + 2 * (j * R * rs_k), a.k_pages + pgn * k_page + k_head + int64_t(o) * kw, R * kw / 8,
+                     row_k, rs_k - kw);
+            copy_run(stage + 2 * (T * rs_k + j * R * rs_v), a.v_pages + pgn * v_page + v_head + int64_t(o) * vw,
+                     R * vw / 8, row_v, rs_v - vw);
         }
     }
 

@@ -6,7 +6,7 @@
 #   OCL=1    also run those cases on NVIDIA's OpenCL
 #   FILTER   gtest filter of kvcomp_unit_tests on cuda:0 (default: none run)
 #   SWEEPS   bench_ops decode sweeps (default fp16,quant), CONTEXTS (default 4K,16K,32K,128K),
-#            BATCHES (default 1,16)
+#            BATCHES (default 1,16), ROWS (a --sweep-rows regex, default every row)
 #   BASE     a bench_ops binary built from an earlier commit (its SHA in BASE_COMMIT): its decode
 #            sweeps (all of them: older binaries have no --sweeps) run in the same visit, for a
 #            before/after table
@@ -20,6 +20,7 @@ cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
 ops=${OPS:-attn_decode_quant,kv_quantize,kv_dequantize,attn_decode_ragged,attn_decode_palu}
 sweep_args=(--set none --prefill none --contexts "${CONTEXTS:-4K,16K,32K,128K}" --batches "${BATCHES:-1,16}")
+[ -n "${ROWS:-}" ] && sweep_args+=(--sweep-rows "$ROWS")
 {
   step nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   if [ "${TESTS:-1}" != 0 ]; then
