@@ -121,8 +121,8 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         st.wait(k);                        // tile k is in its stage for every lane
         st.issue(k + kStages - 1);         // refills tile k - 1's stage
 
-        const __half * kt = st.k_rows(k);
-        const __half * vt = st.v_rows(k);
+        const __half * kt = reinterpret_cast<const __half *>(st.k_stage(k));
+        const __half * vt = reinterpret_cast<const __half *>(st.v_stage(k));
         int u_lo, u_hi;
         st.rows(k, u_lo, u_hi);
         const int n_steps = (u_hi - u_lo + G - 1) / G;
@@ -331,10 +331,13 @@ int qp_for(int64_t group) {
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
-// KVCOMP_RAGGED_DECODE (read here only): "simt" forces the SIMT kernel (to compare, or to fall back
-// on a GPU where the tensor-core kernel misbehaves); "mma" or unset: the tensor-core kernel
-// (attn_decode_ragged_mma.cu) wherever the widest head is <= 128, else the SIMT kernel.
-bool mma_requested() {
+}  // namespace
+
+// KVCOMP_RAGGED_DECODE (read here only): "simt" forces the SIMT kernels (to compare, or to fall back
+// on a GPU where the tensor-core kernels misbehave); "mma" or unset: the tensor-core kernels
+// (attn_decode_ragged_mma.cu, attn_decode_ragged_q4_mma.cu) wherever the widest head is <= 128,
+// else the SIMT kernels.
+bool ragged_mma_requested() {
     static const bool mma = [] {
         const char * v = std::getenv("KVCOMP_RAGGED_DECODE");
         if (!v || !*v || std::strcmp(v, "mma") == 0) return true;
@@ -343,6 +346,8 @@ bool mma_requested() {
     }();
     return mma;
 }
+
+namespace {
 
 bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -385,17 +390,13 @@ support supports_attn_decode_ragged(const op_desc & op) {
     return support::yes();
 }
 
-void run_attn_decode_ragged(context & ctx, const op_desc & op) {
+rdecode_args ragged_decode_args(const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const ragged_layout & l = p.kv;
-    if (l.bits == 4) return run_attn_decode_ragged_q4(ctx, op);
-    const int group = int(p.n_q_heads / l.n_kv_heads);
-    const int qp = qp_for(group);
-
     rdecode_args a{};
     a.q = dev_ptr<const float>(op.src[0]);
-    a.k_pages = dev_ptr<const __half>(op.src[1]);
-    a.v_pages = dev_ptr<const __half>(op.src[2]);
+    a.k_pages = dev_ptr<const uint8_t>(op.src[1]);
+    a.v_pages = dev_ptr<const uint8_t>(op.src[2]);
     a.indptr = dev_ptr<const int32_t>(op.src[3]);
     a.indices = dev_ptr<const int32_t>(op.src[4]);
     a.last_page_len = dev_ptr<const int32_t>(op.src[5]);
@@ -409,16 +410,33 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op) {
     a.k_total = int(l.k_total);
     a.v_total = int(l.v_total);
     a.max_width = int(l.max_width);
+    a.bits = int(l.bits);
+    a.k_token_bytes = int(l.bits == 4 ? l.k_row_bytes : 2 * l.k_total);
+    a.v_token_bytes = int(l.bits == 4 ? l.v_row_bytes : 2 * l.v_total);
     a.batch = int(p.batch);
-    a.group = group;
+    a.group = int(p.n_q_heads / l.n_kv_heads);
     a.n_tasks = int(p.n_tasks);
     a.vec_stage = l.page_size % 8 == 0 && aligned16(a.k_pages) && aligned16(a.v_pages);
     a.qscale = p.scale * kLog2e;
+    return a;
+}
+
+void run_attn_decode_ragged(context & ctx, const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const ragged_layout & l = p.kv;
+    const bool mma = ragged_mma_requested() && ragged_mma_handles(l.max_width);
+    if (l.bits == 4 && !mma) return run_attn_decode_ragged_q4(ctx, op);  // its SIMT kernel
+    rdecode_args a = ragged_decode_args(op);
+    const int group = a.group;
+    const int qp = qp_for(group);
 
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
-        if (mma_requested() && ragged_mma_handles(l.max_width)) {
-            launch_attn_decode_ragged_mma(ctx, a);
+        if (mma) {
+            if (l.bits == 4)
+                launch_attn_decode_ragged_q4_mma(ctx, a);
+            else
+                launch_attn_decode_ragged_mma(ctx, a);
             return merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
         }
         const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));

@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
         ts.wait(k);                        // tile k is in its stage for every lane
         ts.issue(k + kStages - 1);         // refills tile k - 1's stage
 
-        tv.k = reinterpret_cast<const uint8_t *>(ts.k_rows(k));
-        tv.v = reinterpret_cast<const uint8_t *>(ts.v_rows(k));
+        tv.k = ts.k_stage(k);
+        tv.v = ts.v_stage(k);
         int lo, hi;
         ts.rows(k, lo, hi);
         // Software-pipelined: the next step's scores are independent of this step's softmax and

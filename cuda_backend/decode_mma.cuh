@@ -64,4 +64,29 @@ __device__ __forceinline__ void p_frag(float w0, float w1, uint32_t & b0, uint32
     b1 = movmatrix_trans(pack_half2(h1, w1 - h1));
 }
 
+// Codes as mma operands (attn_decode_quant_mma.cu, attn_decode_ragged_q4_mma.cu): a BITS-bit code
+// placed in the top BITS mantissa bits of an f16 with exponent 2^BITS reads as F = 2^BITS + code,
+// exact, and the constant 2^BITS is of the size of the code, so fp32 sums of F * x lose nothing to
+// cancellation (unlike 1024 + code); the kernels subtract 2^BITS times the same sums of x.
+// The exponent bits of the f16 pair (2^BITS, 2^BITS), as a register: code_pair's and-or is one
+// LOP3 only when one of its two constants is a register (a LOP3 has one immediate operand; with
+// both immediate the compiler emitted two LOP3 per pair, 25 % of the kernel's instructions in
+// Nsight Compute on an H100). The empty asm keeps the compiler from folding it back.
+template <int BITS>
+__device__ __forceinline__ uint32_t code_exponents() {
+    uint32_t e = (uint32_t(15 + BITS) << 10) * 0x10001u;
+    asm volatile("" : "+r"(e));
+    return e;
+}
+
+// Two codes (at bits [o, o + BITS) and [o + 16, o + 16 + BITS) of x, o = (10 - BITS - rot) mod 32)
+// as the f16 pair (2^BITS + code, 2^BITS + code'); ex = code_exponents<BITS>().
+template <int BITS>
+__device__ __forceinline__ uint32_t code_pair(uint32_t x, int rot, uint32_t ex) {
+    constexpr uint32_t m = ((1u << BITS) - 1u) << (10 - BITS);
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(__funnelshift_l(x, x, rot)), "n"(m | m << 16), "r"(ex));
+    return r;  // 0xEA: (a & b) | c
+}
+
 }  // namespace kvcomp::cuda

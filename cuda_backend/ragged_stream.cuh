@@ -1,7 +1,12 @@
-// What the two fp16 kernels of attn_decode_ragged share: their arguments, a block's task (one row
-// of the host's decode schedule) and the per-warp stream that copies the task's tiles of K' and V'
-// rows into shared memory. attn_decode_ragged.cu (SIMT) and attn_decode_ragged_mma.cu (tensor
-// cores) differ only in the math they run on a staged tile.
+// What the tensor-core and SIMT kernels of attn_decode_ragged share: their arguments, a block's task
+// (one row of the host's decode schedule) and the per-warp stream that copies the task's tiles of
+// K' and V' rows into shared memory. attn_decode_ragged.cu (SIMT, f16 pages), attn_decode_ragged_mma.cu
+// (tensor cores, f16 pages) and attn_decode_ragged_q4_mma.cu (tensor cores, 4-bit pages of
+// core/ragged_q4.h) differ only in the math they run on a staged tile.
+//
+// Rows: a row is one token of one KV head, row_bytes(w) bytes in the pages: 2w for f16 pages,
+// ragged_q4_row_bytes(w) = 4 + 4 ceil(w / 8) for 4-bit pages. Head c's rows of one page are one
+// contiguous run of page_size rows (core/op.h "Low-rank KV", core/ragged_q4.h).
 //
 // Tiles: a task's tokens [first, end) are cut into tiles of T tokens starting at base (first rounded
 // down to a multiple of R, below). Warp w streams tiles w, w + 4, ... through a ring of kStages
@@ -10,29 +15,30 @@
 // last; kStages - 1 tiles are in flight while one is consumed, and no warp waits for another's
 // copies or math.
 //
-// Runs: head c's K' (and V') rows of one page are one contiguous run of page_size * width halves. A
-// tile is n_runs runs of R rows, each inside one page: R = page_size and n_runs = T_max / page_size
-// when a page fits the stage's T_max rows, else n_runs = 1 and R = the largest multiple of 8 <=
-// T_max dividing page_size. So base is R-aligned, every run starts at a row of its page that is a
-// multiple of 8, and a run is a plain contiguous copy: lane l takes chunks l, l + 32, ... of it
-// (coalesced), and the chunk's place in the stage is its index, plus the padding of the rows
-// before it (one fast division by the chunks per row, PAD only). (The previous copy mapped every
-// chunk of the tile's flat span to its page and row with two run-time divisions and a shuffle:
-// ~80 instructions per 16 bytes, which made both kernels issue-bound on address arithmetic; Nsight
-// Compute on an H200, 16 x 32K: IMAD 28 % of all instructions, HMMA 1.6 %.) A run may copy rows
-// before first or past end (inside the same page): the kernels never read those rows.
+// Runs: a tile is n_runs runs of R rows, each inside one page: R = page_size and n_runs = t_max /
+// page_size when a page fits the stage's t_max rows, else n_runs = 1 and R = the largest multiple of
+// 8 <= t_max dividing page_size. So base is R-aligned, every run starts at a row of its page that is
+// a multiple of 8 (16-byte aligned for both row formats), and a run is a plain contiguous copy:
+// lane l takes chunks l, l + 32, ... of it (coalesced), and the chunk's place in the stage is its
+// index, plus the padding of the rows before it (one fast division by the chunks per row, PAD
+// only). (The previous copy mapped every chunk of the tile's flat span to its page and row with two
+// run-time divisions and a shuffle: ~80 instructions per 16 bytes, which made the kernels
+// issue-bound on address arithmetic; Nsight Compute on an H200, 16 x 32K: IMAD 28 % of all
+// instructions, HMMA 1.6 %. One copy-engine transfer per row instead, cp.async.bulk completing on
+// an mbarrier, measured slower still: 0.47 vs 0.34 ms.) A run may copy rows before first or past
+// end (inside the same page): the kernels never read those rows.
 //
 // Stage layout: T rows of K' then T rows of V'; token A + r of the tile at row r. The row stride is
-//   PAD = false: the width (runs are copied as they are);
-//   PAD = true: the width rounded up to 16 halves (whole mma k-steps) plus one 16-byte chunk: an odd
-//     number of chunks, so eight consecutive rows at the same column fall into eight different
-//     bank groups (ldmatrix reads eight rows of 16 bytes per phase). Element-wise copies write
-//     zeros past the width; chunk copies leave the halves past it as they were (the kernel must
-//     not let them reach a result).
+//   PAD = false: the row's bytes (runs are copied as they are);
+//   PAD = true (f16 rows): the width rounded up to 16 halves (whole mma k-steps) plus one 16-byte
+//     chunk: an odd number of chunks, so eight consecutive rows at the same column fall into eight
+//     different bank groups (ldmatrix reads eight rows of 16 bytes per phase). Element-wise copies
+//     write zeros past the width; chunk copies leave the halves past it as they were (the kernel
+//     must not let them reach a result).
 // Page-table entries: lane j holds the entry of the tile's j-th page (n_runs <= 31), loaded one
 // tile ahead, so the copies never wait on the page table. The chunk path needs page_size % 8 == 0,
 // page views 16-byte aligned and, with PAD, widths that are multiples of 8; otherwise the warp's
-// lanes copy element by element into the same layout (correct, slower).
+// lanes copy 16-bit element by element into the same layout (correct, slower).
 //
 // Invalid inputs a kernel cannot refuse: request and KV head outside the tables make the block
 // exit; token ranges are clamped to the request; page numbers are clamped to the pool.
@@ -49,8 +55,8 @@ constexpr int kMaxTileTokens = 31 * 8;  // tokens of <= 32 pages for page_size >
 
 struct rdecode_args {
     const float * q;
-    const __half * k_pages;
-    const __half * v_pages;
+    const uint8_t * k_pages;  // f16 elements (bits 16) or 4-bit rows (bits 4)
+    const uint8_t * v_pages;
     const int32_t * indptr;
     const int32_t * indices;
     const int32_t * last_page_len;
@@ -61,16 +67,24 @@ struct rdecode_args {
     float * part_o;
     float * part_lse;
     int n_pages, n_kv_heads, page_size, k_total, v_total, max_width;
+    int k_token_bytes, v_token_bytes;  // bytes of one token over all heads (f16: 2 k_total)
+    int bits;                          // 16 or 4
     int batch, group, n_tasks;
     bool vec_stage;  // page_size % 8 == 0 and both page views 16-byte aligned
     float qscale;    // scale * log2(e)
 };
 
+__host__ __device__ inline int ragged_row_bytes(int bits, int w) {
+    return bits == 16 ? 2 * w : 4 + 4 * ((w + 7) / 8);  // core/ragged_q4.h
+}
+
 // Everything a block knows about its task once the tables are read.
 struct rtask {
     int task, b, c, h0, nh;  // h0: first query head of the chunk within the group
     ragged_head hd;
-    int first, end, base;  // tokens [first, end); tiles start at base (8-aligned)
+    int k_row, v_row;    // bytes of one row of head c (K', V')
+    int k_off, v_off;    // bytes before head c's row in a token's bytes
+    int first, end;      // tokens [first, end)
     int p_begin, n_pg;
     bool direct;  // the only task of its (b, c): write out, not partials
 };
@@ -87,10 +101,21 @@ __device__ __forceinline__ bool load_task(const rdecode_args & a, int QP, rtask 
     t.hd = load_head(a.heads, t.c);
     t.hd.k_width = min(max(t.hd.k_width, 1), 256);
     t.hd.v_width = min(max(t.hd.v_width, 1), 256);
+    t.k_row = ragged_row_bytes(a.bits, t.hd.k_width);
+    t.v_row = ragged_row_bytes(a.bits, t.hd.v_width);
+    if (a.bits == 16) {
+        t.k_off = 2 * t.hd.k_offset, t.v_off = 2 * t.hd.v_offset;
+    } else {  // the 4-bit rows of the heads before c (the table's offsets count elements)
+        t.k_off = t.v_off = 0;
+        for (int i = 0; i < t.c; ++i) {
+            const ragged_head o = load_head(a.heads, i);
+            t.k_off += ragged_row_bytes(4, o.k_width);
+            t.v_off += ragged_row_bytes(4, o.v_width);
+        }
+    }
     const int seq_len = request_len(a.indptr, a.last_page_len, t.b, a.page_size);
     t.first = min(max(a.schedule[4 * t.task + 2], 0), seq_len);
     t.end = min(max(a.schedule[4 * t.task + 3], t.first), seq_len);
-    t.base = t.first & ~7;
     t.p_begin = a.indptr[t.b];
     t.n_pg = a.indptr[t.b + 1] - t.p_begin;
     const int bc = t.b * a.n_kv_heads + t.c;
@@ -98,7 +123,7 @@ __device__ __forceinline__ bool load_task(const rdecode_args & a, int QP, rtask 
     return true;
 }
 
-// Row stride (halves) of a width-w head in a stage (see the banner).
+// Row stride (halves) of a width-w f16 head in a stage (see the banner).
 template <bool PAD>
 __host__ __device__ constexpr int stage_row_halves(int w) {
     if constexpr (!PAD) return w;
@@ -116,9 +141,9 @@ struct tile_stream {
     int warp, lane;
     int T, R, n_runs;  // tokens per tile, rows per run, runs per tile (see the banner)
     int base, n_mine;  // first tile's first token; tiles this warp streams
-    int kw, vw, rs_k, rs_v;  // widths and stage row strides (halves)
-    bool vec;                // 16-byte cp.async chunks (else element-wise copies)
-    int64_t k_head, v_head, k_page, v_page;
+    int sk, sv;        // stage row strides (bytes)
+    bool vec;          // 16-byte cp.async chunks (else 16-bit element-wise copies)
+    int64_t k_head, v_head, k_page, v_page;  // bytes: head c's run in a page, one page
     fast_divider div_ps;        // token -> page of the request
     fast_divider row_k, row_v;  // PAD: chunk of a run -> row
     int pg_next = 0;
@@ -128,10 +153,13 @@ struct tile_stream {
         : a(a_), t(t_), ring(warp_ring) {
         lane = int(threadIdx.x) & 31;
         warp = int(threadIdx.x) >> 5;
-        kw = t.hd.k_width, vw = t.hd.v_width;
-        rs_k = stage_row_halves<PAD>(kw), rs_v = stage_row_halves<PAD>(vw);
+        if constexpr (PAD) {
+            sk = 2 * stage_row_halves<true>(t.hd.k_width), sv = 2 * stage_row_halves<true>(t.hd.v_width);
+        } else {
+            sk = t.k_row, sv = t.v_row;
+        }
         const int ps = a.page_size;
-        vec = a.vec_stage && (!PAD || (kw % 8 == 0 && vw % 8 == 0));
+        vec = a.vec_stage && (!PAD || (t.hd.k_width % 8 == 0 && t.hd.v_width % 8 == 0));
         t_max = max(min(t_max, kMaxTileTokens) & ~7, 8);
         if (!vec) {
             R = T = t_max, n_runs = 1;
@@ -147,12 +175,12 @@ struct tile_stream {
         // Interleaved rather than a contiguous quarter each: the 4 warps stream neighbouring bytes
         // at the same time, and their tile counts differ by at most one whatever the task's length.
         n_mine = n_tiles > warp ? (n_tiles - warp + kRaggedWarps - 1) / kRaggedWarps : 0;
-        k_head = int64_t(ps) * t.hd.k_offset, v_head = int64_t(ps) * t.hd.v_offset;
-        k_page = int64_t(ps) * a.k_total, v_page = int64_t(ps) * a.v_total;
+        k_head = int64_t(ps) * t.k_off, v_head = int64_t(ps) * t.v_off;
+        k_page = int64_t(ps) * a.k_token_bytes, v_page = int64_t(ps) * a.v_token_bytes;
         div_ps.init(uint32_t(ps));
         if constexpr (PAD) {
-            row_k.init(uint32_t(max(kw / 8, 1)));
-            row_v.init(uint32_t(max(vw / 8, 1)));
+            row_k.init(uint32_t(max(t.k_row / 16, 1)));
+            row_v.init(uint32_t(max(t.v_row / 16, 1)));
         }
     }
 
@@ -164,10 +192,8 @@ struct tile_stream {
         lo = max(A, t.first) - A;
         hi = min(A + T, t.end) - A;
     }
-    __device__ __forceinline__ const __half * k_rows(int k) const {
-        return reinterpret_cast<const __half *>(ring + (k % STAGES) * STAGE_BYTES);
-    }
-    __device__ __forceinline__ const __half * v_rows(int k) const { return k_rows(k) + T * rs_k; }
+    __device__ __forceinline__ const uint8_t * k_stage(int k) const { return ring + (k % STAGES) * STAGE_BYTES; }
+    __device__ __forceinline__ const uint8_t * v_stage(int k) const { return k_stage(k) + T * sk; }
 
     __device__ __forceinline__ int page_entry(int e) const { return a.indices[t.p_begin + min(e, t.n_pg - 1)]; }
     // Loads the page-table entries of the warp's k-th tile (vector path; lane j: its j-th page).
@@ -183,7 +209,7 @@ struct tile_stream {
             if (vec)
                 copy_runs(k, stage);
             else
-                copy_scalar(k, reinterpret_cast<__half *>(stage));
+                copy_scalar(k, stage);
         }
         cp_async_commit();
         locate(k + 1);
@@ -195,14 +221,14 @@ struct tile_stream {
         __syncwarp();                 // every lane's have; every lane is done with tile k - 1
     }
 
-    // n16 chunks of 16 bytes from src to the stage rows at dst; PAD: a row holds `per_row` chunks
-    // and is followed by pad halves.
-    __device__ __forceinline__ void copy_run(uint8_t * dst, const __half * src, int n16, const fast_divider & row,
+    // n16 chunks of 16 bytes from src to the stage rows at dst; PAD: a row holds `row` chunks and
+    // is followed by pad bytes.
+    __device__ __forceinline__ void copy_run(uint8_t * dst, const uint8_t * src, int n16, const fast_divider & row,
                                              int pad) const {
         for (int c = lane; c < n16; c += 32) {
-            int x = 8 * c;  // halves from the run's first row in the stage
+            int x = 16 * c;  // bytes from the run's first row in the stage
             if constexpr (PAD) x += int(row.div(uint32_t(c))) * pad;
-            cp_async16(dst + 2 * x, src + 8 * c, 16);
+            cp_async16(dst + x, src + 16 * c, 16);
         }
     }
 
@@ -216,31 +242,31 @@ struct tile_stream {
             if (r0 >= t.end) break;
             const int e = int(div_ps.div(uint32_t(r0)));
             const int64_t pgn = min(max(__shfl_sync(full_mask, pg_next, (e - e0) & 31), 0), a.n_pages - 1);
-            const int o = r0 - e * ps;  // the run's first row in its page
-            copy_run(stage + 2 * (j * R * rs_k), a.k_pages + pgn * k_page + k_head + int64_t(o) * kw, R * kw / 8,
-                     row_k, rs_k - kw);
-            copy_run(stage + 2 * (T * rs_k + j * R * rs_v), a.v_pages + pgn * v_page + v_head + int64_t(o) * vw,
-                     R * vw / 8, row_v, rs_v - vw);
+            const int64_t o = r0 - e * ps;  // the run's first row in its page
+            copy_run(stage + j * R * sk, a.k_pages + pgn * k_page + k_head + o * t.k_row, R * t.k_row / 16, row_k,
+                     sk - t.k_row);
+            copy_run(stage + T * sk + j * R * sv, a.v_pages + pgn * v_page + v_head + o * t.v_row, R * t.v_row / 16,
+                     row_v, sv - t.v_row);
         }
     }
 
-    // Synchronous element-wise copy of tile k by the warp's lanes; visible to the other lanes after
-    // the next __syncwarp. Halves past a row's width (PAD) are written as zeros.
-    __device__ __forceinline__ void copy_scalar(int k, __half * stage) const {
+    // Synchronous copy of tile k by the warp's lanes, 16 bits at a time; visible to the other lanes
+    // after the next __syncwarp. Stage bytes past a row's bytes (PAD) are written as zeros.
+    __device__ __forceinline__ void copy_scalar(int k, uint8_t * stage) const {
         const int A = tile_start(k), ps = a.page_size;
         const int lo = max(A, t.first), hi = min(A + T, t.end);
         for (int kv = 0; kv < 2; ++kv) {
-            const int w = kv ? vw : kw, rs = kv ? rs_v : rs_k;
-            const __half * pages = kv ? a.v_pages : a.k_pages;
-            const int64_t head = kv ? v_head : k_head, page = kv ? v_page : k_page;
-            __half * sdst = stage + (kv ? T * rs_k : 0);
+            const int rb = (kv ? t.v_row : t.k_row) / 2, rs = (kv ? sv : sk) / 2;  // in 16-bit units
+            const uint16_t * pages = reinterpret_cast<const uint16_t *>(kv ? a.v_pages : a.k_pages);
+            const int64_t head = (kv ? v_head : k_head) / 2, page = (kv ? v_page : k_page) / 2;
+            uint16_t * sdst = reinterpret_cast<uint16_t *>(stage + (kv ? T * sk : 0));
             for (int idx = lane; idx < (hi - lo) * rs; idx += 32) {
                 const int tok = lo + idx / rs, f = idx % rs;
-                __half val = __float2half_rn(0.0f);
-                if (f < w) {
+                uint16_t val = 0;
+                if (f < rb) {
                     const int e = tok / ps;
                     const int64_t pgn = min(max(page_entry(e), 0), a.n_pages - 1);
-                    val = pages[pgn * page + head + int64_t(tok - e * ps) * w + f];
+                    val = pages[pgn * page + head + int64_t(tok - e * ps) * rb + f];
                 }
                 sdst[(tok - A) * rs + f] = val;
             }
@@ -248,9 +274,15 @@ struct tile_stream {
     }
 };
 
-// The tensor-core kernel (attn_decode_ragged_mma.cu): layouts whose widest head is <= 128.
+// The kernel arguments of an attn_decode_ragged op (f16 or 4-bit pages; attn_decode_ragged.cu).
+rdecode_args ragged_decode_args(const op_desc & op);
+// KVCOMP_RAGGED_DECODE: false when the SIMT kernels are forced.
+bool ragged_mma_requested();
+// The tensor-core kernels: layouts whose widest head is <= 128, f16 pages
+// (attn_decode_ragged_mma.cu) and 4-bit pages (attn_decode_ragged_q4_mma.cu).
 bool ragged_mma_handles(int64_t max_width);
-// Enqueues it over a's n_tasks schedule rows (partials taken; the caller merges).
+// Enqueue them over a's n_tasks schedule rows (partials taken; the caller merges).
 void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a);
+void launch_attn_decode_ragged_q4_mma(context & ctx, const rdecode_args & a);
 
 }  // namespace kvcomp::cuda

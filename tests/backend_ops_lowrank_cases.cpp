@@ -572,6 +572,17 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             c.bits = 4, c.page_size = 1;
             add(std::make_unique<kv_append_ragged_case>(c, std::vector<int64_t>{3, 0, 5},
                                                         std::vector<int64_t>{2, 1, 4}, false));
+            // The tensor-core kernel on q4 pages (widest head <= 128): widths that are multiples of 8
+            // but not of 32 (code words read past a row's end), GQA 8 and 16 (head chunks of 4).
+            ragged_spec f = rs({24, 40, 8, 56}, {8, 120, 40, 24}, 4, {1000, 17, 3});
+            f.bits = 4;
+            add(std::make_unique<ragged_decode_case>(f, false));
+            ragged_spec g8 = rs({32, 24}, {16, 40}, 8, {700, 33});
+            g8.bits = 4;
+            add(std::make_unique<ragged_decode_case>(g8, false));
+            ragged_spec g16 = rs({32, 9}, {16, 40}, 16, {300, 1});
+            g16.bits = 4;
+            add(std::make_unique<ragged_decode_case>(g16, false));
             ragged_spec e = rs({256, 1, 9}, {1, 256, 17}, 4, {});
             e.bits = 4;
             add(std::make_unique<kv_append_ragged_case>(e, std::vector<int64_t>{0, 15, 31},
