@@ -92,12 +92,13 @@ struct items {
     template <int D>
     __device__ __forceinline__ void copy_item(const args & a, int g, uint8_t * stage, int item, int slot_nr, int tid,
                                               int nthreads) const {
+        const unsigned stage_s = smem_addr(stage);  // once: see cp_async16 in common.cuh
         if (item < n_blk) {
             const uint8_t * src = a.pool + int64_t(slot_nr) * a.slot_bytes;
             const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
             const int n_chunks = int(1 + a.head_bytes / 16);
             for (int k = tid; k < n_chunks; k += nthreads)
-                cp_async16(stage + 16 * k, k == 0 ? src : head + 16 * (k - 1), 16);
+                cp_async16(stage_s + unsigned(16 * k), k == 0 ? src : head + 16 * (k - 1), 16);
         } else {
             constexpr int RC = D / 8;  // 16-byte chunks per row
             const int j0 = (item - n_blk) * a.win_chunk;
@@ -111,7 +112,7 @@ struct items {
                     valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens + (w_start + j) % a.win_tokens) * D +
                                 part * 8
                           : 0;
-                cp_async16(stage + (int64_t(kv * a.win_chunk + jj) * D + part * 8) * 2, base + off, valid ? 16 : 0);
+                cp_async16(stage_s + unsigned(((kv * a.win_chunk + jj) * D + part * 8) * 2), base + off, valid ? 16 : 0);
             }
         }
     }

@@ -81,8 +81,8 @@ struct rstate {
 
 // The geometry of one staged tile as a warp reads it.
 struct tile_view {
-    const uint8_t * k;  // row 0 of K' in the stage
-    const uint8_t * v;  // row 0 of V'
+    unsigned k;  // shared address of row 0 of K' in the stage
+    unsigned v;  // of row 0 of V'
     int k_row, v_row;   // row strides (bytes)
     int nk, nv;         // 16-channel steps of K' and of V'
     bool k_tail;        // the last K' step has <= 8 channels: zero its upper A registers
@@ -95,13 +95,13 @@ __device__ __forceinline__ float2 tile_scores(const tile_view & tv, int r0, int 
                                               int lane) {
     // ldmatrix rows: lanes 0-15 give rows 0-15 at the step's first 8 channels, lanes 16-31 the
     // same rows at its last 8 (matrices 0..3 = a0..a3 of the A fragment).
-    const uint8_t * row = tv.k + min(r0 + (lane & 15), hi - 1) * tv.k_row + (lane >> 4) * 16;
+    const unsigned row = tv.k + unsigned(min(r0 + (lane & 15), hi - 1) * tv.k_row + (lane >> 4) * 16);
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int kk = 0; kk < MK; ++kk) {
         if (kk < tv.nk) {  // uniform
             uint32_t af[4];
-            ldmatrix_x4(af, row + 32 * kk);
+            ldmatrix_x4(af, row + unsigned(32 * kk));
             if (kk == tv.nk - 1 && tv.k_tail) af[2] = af[3] = 0u;
             mma_16816(kk & 1 ? s2 : s, af, bq[kk][0], bq[kk][1]);  // two chains of dependent mma
         }
@@ -119,12 +119,13 @@ __device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & t
     p_frag(p0, p1, b0, b1);
     // ldmatrix.trans rows: matrix i = lane / 8 is rows 8 (i / 2) + 0..7 at channels 8 (i % 2) + 0..7
     // of the m-tile: a0 = channels 0-7 x rows 0-7, a1 = channels 8-15, a2 / a3 = rows 8-15.
-    const uint8_t * row = tv.v + min(r0 + (lane & 7) + ((lane >> 4) << 3), hi - 1) * tv.v_row + ((lane >> 3) & 1) * 16;
+    const unsigned row =
+        tv.v + unsigned(min(r0 + (lane & 7) + ((lane >> 4) << 3), hi - 1) * tv.v_row + ((lane >> 3) & 1) * 16);
 #pragma unroll
     for (int m = 0; m < MV; ++m) {
         if (m < tv.nv) {  // uniform
             uint32_t af[4];
-            ldmatrix_x4_trans(af, row + 32 * m);
+            ldmatrix_x4_trans(af, row + unsigned(32 * m));
             mma_16816(st.o[m], af, b0, b1);
         }
     }
@@ -178,8 +179,8 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
         ts.wait(k);                        // tile k is in its stage for every lane
         ts.issue(k + kStages - 1);         // refills tile k - 1's stage
 
-        tv.k = ts.k_stage(k);
-        tv.v = ts.v_stage(k);
+        tv.k = ts.k_stage_s(k);
+        tv.v = ts.v_stage_s(k);
         int lo, hi;
         ts.rows(k, lo, hi);
         // Software-pipelined: the next step's scores are independent of this step's softmax and

@@ -84,10 +84,19 @@ __device__ __forceinline__ float block_max(float v, float * scratch) {
 // ---- asynchronous copies (sm_80+) ---------------------------------------------------------
 // Per-lane 16-byte copy global -> shared. src_bytes = 0 writes zeros without reading global
 // memory (masked tokens); gmem must still be a valid address. Both addresses 16-byte aligned.
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem, int src_bytes) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes)
+__device__ __forceinline__ void cp_async16(unsigned smem, const void * gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes)
                  : "memory");
+}
+// The same with a generic pointer to shared memory. Hot loops should convert their base once
+// (smem_addr) and pass 32-bit addresses: each conversion re-reads SR_CgaCtaId (an S2R) and adds a
+// LEA and a MOV per copy in the SASS of a loop with asm volatile statements.
+__device__ __forceinline__ void cp_async16(void * smem, const void * gmem, int src_bytes) {
+    cp_async16(unsigned(__cvta_generic_to_shared(smem)), gmem, src_bytes);
+}
+// The 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void * p) {
+    return unsigned(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -14,19 +14,24 @@ namespace kvcomp::cuda {
 // matrix l / 8 (16 bytes, 16-byte aligned) and receives, in r[i], row l/4, columns 2(l%4) and
 // 2(l%4)+1 of matrix i (the mma fragment positions). _trans: columns l/4, rows 2(l%4) and 2(l%4)+1.
 // The "memory" clobber keeps them after the cp.async waits and __syncwarp that publish the rows.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void * row) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(row));
+// Shared addresses as 32-bit values (smem_addr): see cp_async16 in common.cuh.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned s) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s)
                  : "memory");
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void * row) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(row));
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned s) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s)
                  : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void * row) {
+    ldmatrix_x4(r, smem_addr(row));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void * row) {
+    ldmatrix_x4_trans(r, smem_addr(row));
 }
 
 // Sum over the 8 lanes holding the same head (lane bits 2..4).

@@ -138,6 +138,7 @@ struct tile_stream {
     const rdecode_args & a;
     const rtask & t;
     uint8_t * ring;  // this warp's STAGES stages
+    unsigned ring_s;  // its shared-memory address (cp.async and ldmatrix take 32-bit addresses)
     int warp, lane;
     int T, R, n_runs;  // tokens per tile, rows per run, runs per tile (see the banner)
     int base, n_mine;  // first tile's first token; tiles this warp streams
@@ -151,6 +152,7 @@ struct tile_stream {
     // t_max: the most tokens whose K' and V' rows fit a stage (>= 8); the stream picks T <= t_max.
     __device__ __forceinline__ tile_stream(const rdecode_args & a_, const rtask & t_, uint8_t * warp_ring, int t_max)
         : a(a_), t(t_), ring(warp_ring) {
+        ring_s = smem_addr(ring);
         lane = int(threadIdx.x) & 31;
         warp = int(threadIdx.x) >> 5;
         if constexpr (PAD) {
@@ -194,6 +196,8 @@ struct tile_stream {
     }
     __device__ __forceinline__ const uint8_t * k_stage(int k) const { return ring + (k % STAGES) * STAGE_BYTES; }
     __device__ __forceinline__ const uint8_t * v_stage(int k) const { return k_stage(k) + T * sk; }
+    __device__ __forceinline__ unsigned k_stage_s(int k) const { return ring_s + unsigned((k % STAGES) * STAGE_BYTES); }
+    __device__ __forceinline__ unsigned v_stage_s(int k) const { return k_stage_s(k) + unsigned(T * sk); }
 
     __device__ __forceinline__ int page_entry(int e) const { return a.indices[t.p_begin + min(e, t.n_pg - 1)]; }
     // Loads the page-table entries of the warp's k-th tile (vector path; lane j: its j-th page).
@@ -205,11 +209,10 @@ struct tile_stream {
     // the counts line up); then loads the page entries of tile k + 1.
     __device__ __forceinline__ void issue(int k) {
         if (k < n_mine) {
-            uint8_t * stage = ring + (k % STAGES) * STAGE_BYTES;
             if (vec)
-                copy_runs(k, stage);
+                copy_runs(k, k_stage_s(k));
             else
-                copy_scalar(k, stage);
+                copy_scalar(k, ring + (k % STAGES) * STAGE_BYTES);
         }
         cp_async_commit();
         locate(k + 1);
@@ -223,18 +226,18 @@ struct tile_stream {
 
     // n16 chunks of 16 bytes from src to the stage rows at dst; PAD: a row holds `row` chunks and
     // is followed by pad bytes.
-    __device__ __forceinline__ void copy_run(uint8_t * dst, const uint8_t * src, int n16, const fast_divider & row,
+    __device__ __forceinline__ void copy_run(unsigned dst, const uint8_t * src, int n16, const fast_divider & row,
                                              int pad) const {
         for (int c = lane; c < n16; c += 32) {
             int x = 16 * c;  // bytes from the run's first row in the stage
             if constexpr (PAD) x += int(row.div(uint32_t(c))) * pad;
-            cp_async16(dst + x, src + 16 * c, 16);
+            cp_async16(dst + unsigned(x), src + 16 * c, 16);
         }
     }
 
     // The runs of tile k (see the banner): each run's page from the lane holding it, then a
     // contiguous copy of its K' rows and of its V' rows.
-    __device__ __forceinline__ void copy_runs(int k, uint8_t * stage) const {
+    __device__ __forceinline__ void copy_runs(int k, unsigned stage) const {
         const int A = tile_start(k), ps = a.page_size;
         const int e0 = int(div_ps.div(uint32_t(A)));
         for (int j = 0; j < n_runs; ++j) {  // uniform
@@ -243,9 +246,9 @@ struct tile_stream {
             const int e = int(div_ps.div(uint32_t(r0)));
             const int64_t pgn = min(max(__shfl_sync(full_mask, pg_next, (e - e0) & 31), 0), a.n_pages - 1);
             const int64_t o = r0 - e * ps;  // the run's first row in its page
-            copy_run(stage + j * R * sk, a.k_pages + pgn * k_page + k_head + o * t.k_row, R * t.k_row / 16, row_k,
+            copy_run(stage + unsigned(j * R * sk), a.k_pages + pgn * k_page + k_head + o * t.k_row, R * t.k_row / 16, row_k,
                      sk - t.k_row);
-            copy_run(stage + T * sk + j * R * sv, a.v_pages + pgn * v_page + v_head + o * t.v_row, R * t.v_row / 16,
+            copy_run(stage + unsigned(T * sk + j * R * sv), a.v_pages + pgn * v_page + v_head + o * t.v_row, R * t.v_row / 16,
                      row_v, sv - t.v_row);
         }
     }
