@@ -78,26 +78,76 @@ const char * policy_name(decode_policy p) {
     return p == decode_policy::plain ? "plain" : "balanced";
 }
 
-decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
-                                      const std::vector<int64_t> & k_widths,
-                                      const std::vector<int64_t> & v_widths,
-                                      const decode_schedule_options & opt) {
+namespace {
+
+// Validates the inputs and returns d_sum per KV head (k_width + v_width + 1) and the longest length.
+std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const std::vector<int64_t> & k_widths,
+                                  const std::vector<int64_t> & v_widths, const decode_schedule_options & opt,
+                                  int64_t & max_len) {
     KVCOMP_CHECK_ARG(opt.n_workers >= 1 && opt.waves >= 1 && opt.min_chunk_tokens >= 1,
                      "build_decode_schedule: n_workers (", opt.n_workers, "), waves (", opt.waves,
                      ") and min_chunk_tokens (", opt.min_chunk_tokens, ") must be >= 1");
     ragged_heads_table(k_widths, v_widths);  // validates the widths
-    const int64_t batch = int64_t(seq_lens.size()), n_kv = int64_t(k_widths.size());
-    KVCOMP_CHECK_ARG(batch >= 1, "build_decode_schedule: no requests");
-    int64_t max_len = 0;
+    KVCOMP_CHECK_ARG(!seq_lens.empty(), "build_decode_schedule: no requests");
+    max_len = 0;
     for (size_t b = 0; b < seq_lens.size(); ++b) {
         KVCOMP_CHECK_ARG(seq_lens[b] >= 0 && seq_lens[b] <= i32_max, "build_decode_schedule: request ", b,
                          " has length ", seq_lens[b]);
         max_len = std::max(max_len, seq_lens[b]);
     }
-    std::vector<int64_t> d_sum(static_cast<size_t>(n_kv));
-    for (int64_t c = 0; c < n_kv; ++c) {
-        d_sum[size_t(c)] = k_widths[size_t(c)] + v_widths[size_t(c)] + 1;
+    std::vector<int64_t> d_sum(k_widths.size());
+    for (size_t c = 0; c < k_widths.size(); ++c) d_sum[c] = k_widths[c] + v_widths[c] + 1;
+    return d_sum;
+}
+
+// The rows of `tasks` in dispatch order (balanced: descending cost, equal costs in (b, c, token)
+// order so the list is reproducible), their tables, parts and (opt.stats) makespans.
+decode_schedule finish(std::vector<task> tasks, int64_t batch, int64_t n_kv, const decode_schedule_options & opt) {
+    if (opt.policy == decode_policy::balanced)
+        std::stable_sort(tasks.begin(), tasks.end(), [](const task & x, const task & y) { return x.cost > y.cost; });
+    KVCOMP_CHECK_ARG(int64_t(tasks.size()) + batch * n_kv + 1 <= i32_max,
+                     "build_decode_schedule: too many tasks for i32 arrays (", tasks.size(), ")");
+
+    decode_schedule s;
+    s.n_tasks = int64_t(tasks.size());
+    s.schedule.reserve(tasks.size() * 4);
+    s.parts.assign(size_t(batch * n_kv), 0);
+    for (const task & t : tasks) {
+        s.schedule.insert(s.schedule.end(), {int32_t(t.b), int32_t(t.c), int32_t(t.first), int32_t(t.end)});
+        s.costs.push_back(t.cost);
+        ++s.parts[size_t(t.b * n_kv + t.c)];
     }
+    // Merge table: per (b, c) its task numbers in token order (counting sort on (b, c), then by first).
+    const int64_t n_lists = batch * n_kv;
+    s.merge.assign(size_t(n_lists + 1 + s.n_tasks), 0);
+    for (const task & t : tasks) ++s.merge[size_t(t.b * n_kv + t.c + 1)];
+    for (int64_t i = 0; i < n_lists; ++i) s.merge[size_t(i + 1)] += s.merge[size_t(i)];
+    std::vector<int32_t> fill(s.merge.begin(), s.merge.begin() + n_lists);
+    std::vector<size_t> by_token(tasks.size());
+    std::iota(by_token.begin(), by_token.end(), size_t(0));
+    std::sort(by_token.begin(), by_token.end(),
+              [&](size_t x, size_t y) { return tasks[x].first < tasks[y].first; });
+    for (size_t i : by_token) {
+        const int64_t list = tasks[i].b * n_kv + tasks[i].c;
+        s.merge[size_t(n_lists + 1 + fill[size_t(list)]++)] = int32_t(i);
+    }
+    if (opt.stats) {
+        s.dispatch_makespan = in_order_makespan(s.costs, opt.n_workers);
+        s.lpt_makespan = schedule_lpt(s.costs, opt.n_workers).makespan;
+        s.lower_bound = makespan_lower_bound(s.costs, opt.n_workers);
+    }
+    return s;
+}
+
+}  // namespace
+
+decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
+                                      const std::vector<int64_t> & k_widths,
+                                      const std::vector<int64_t> & v_widths,
+                                      const decode_schedule_options & opt) {
+    int64_t max_len = 0;
+    const std::vector<int64_t> d_sum = check_inputs(seq_lens, k_widths, v_widths, opt, max_len);
+    const int64_t batch = int64_t(seq_lens.size()), n_kv = int64_t(k_widths.size());
     const int64_t target_tasks = opt.n_workers * opt.waves;
 
     // The plain cut, as the fp16 kernels: one split count from the longest request, one chunk length.
@@ -115,79 +165,68 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
                     plain.push_back({b, c, first, end, (end - first) * d_sum[size_t(c)]});
                 }
     }
-    std::vector<task> tasks;
-    if (opt.policy == decode_policy::plain) {
-        tasks = std::move(plain);
-    } else {
-        int64_t total = 0;
-        for (int64_t b = 0; b < batch; ++b)
-            for (int64_t c = 0; c < n_kv; ++c) {
-                const int64_t cost =
-                    decode_task_cost(seq_lens[size_t(b)], k_widths[size_t(c)], v_widths[size_t(c)]);
-                KVCOMP_CHECK_ARG(total <= std::numeric_limits<int64_t>::max() - cost,
-                                 "build_decode_schedule: total cost overflows");
-                total += cost;
-            }
-        // Candidate cuts: chunk costs near total / (w * n_workers) for w = 1 .. waves (counts
-        // rounded to nearest and up), and the plain cut. Fewer, larger chunks mean fewer partials
-        // to merge; more waves even out the tail. The LPT makespan of each candidate
-        // (balance_scheduler.h) decides; ties go to fewer tasks.
-        int64_t best = schedule_lpt(costs_of(plain), opt.n_workers).makespan;
-        tasks = plain;
-        for (int64_t w = 1; w <= opt.waves; ++w)
-            for (bool round_up : {false, true}) {
-                const int64_t target =
-                    std::max<int64_t>(1, (total + w * opt.n_workers - 1) / (w * opt.n_workers));
-                std::vector<task> cut;
-                for (int64_t b = 0; b < batch; ++b)
-                    for (int64_t c = 0; c < n_kv; ++c) {
-                        const int64_t n = seq_lens[size_t(b)];
-                        if (n == 0) continue;
-                        const int64_t cost = n * d_sum[size_t(c)];
-                        const int64_t want = (cost + (round_up ? target - 1 : target / 2)) / target;
-                        // Chunks no shorter than min_chunk_tokens.
-                        const int64_t parts =
-                            std::clamp<int64_t>(want, 1, std::max<int64_t>(1, n / opt.min_chunk_tokens));
-                        cut_equal(b, c, n, parts, d_sum[size_t(c)], cut);
-                    }
-                const int64_t makespan = schedule_lpt(costs_of(cut), opt.n_workers).makespan;
-                if (makespan < best || (makespan == best && cut.size() < tasks.size())) {
-                    best = makespan;
-                    tasks = std::move(cut);
-                }
-            }
-        // Descending cost; equal costs keep (b, c, token) order so the list is reproducible.
-        std::stable_sort(tasks.begin(), tasks.end(),
-                         [](const task & x, const task & y) { return x.cost > y.cost; });
-    }
-    KVCOMP_CHECK_ARG(int64_t(tasks.size()) + batch * n_kv + 1 <= i32_max,
-                     "build_decode_schedule: too many tasks for i32 arrays (", tasks.size(), ")");
+    if (opt.policy == decode_policy::plain) return finish(std::move(plain), batch, n_kv, opt);
 
-    decode_schedule s;
-    s.n_tasks = int64_t(tasks.size());
-    s.schedule.reserve(tasks.size() * 4);
-    for (const task & t : tasks) {
-        s.schedule.insert(s.schedule.end(), {int32_t(t.b), int32_t(t.c), int32_t(t.first), int32_t(t.end)});
-        s.costs.push_back(t.cost);
-    }
-    // Merge table: per (b, c) its task numbers in token order (counting sort on (b, c), then by first).
-    const int64_t n_lists = batch * n_kv;
-    s.merge.assign(size_t(n_lists + 1 + s.n_tasks), 0);
-    for (const task & t : tasks) ++s.merge[size_t(t.b * n_kv + t.c + 1)];
-    for (int64_t i = 0; i < n_lists; ++i) s.merge[size_t(i + 1)] += s.merge[size_t(i)];
-    std::vector<int32_t> fill(s.merge.begin(), s.merge.begin() + n_lists);
-    std::vector<size_t> by_token(tasks.size());
-    std::iota(by_token.begin(), by_token.end(), size_t(0));
-    std::sort(by_token.begin(), by_token.end(),
-              [&](size_t x, size_t y) { return tasks[x].first < tasks[y].first; });
-    for (size_t i : by_token) {
-        const int64_t list = tasks[i].b * n_kv + tasks[i].c;
-        s.merge[size_t(n_lists + 1 + fill[size_t(list)]++)] = int32_t(i);
-    }
-    s.dispatch_makespan = in_order_makespan(s.costs, opt.n_workers);
-    s.lpt_makespan = schedule_lpt(s.costs, opt.n_workers).makespan;
-    s.lower_bound = makespan_lower_bound(s.costs, opt.n_workers);
-    return s;
+    int64_t total = 0;
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t c = 0; c < n_kv; ++c) {
+            const int64_t cost = decode_task_cost(seq_lens[size_t(b)], k_widths[size_t(c)], v_widths[size_t(c)]);
+            KVCOMP_CHECK_ARG(total <= std::numeric_limits<int64_t>::max() - cost,
+                             "build_decode_schedule: total cost overflows");
+            total += cost;
+        }
+    // Candidate cuts: chunk costs near total / (w * n_workers) for w = 1 .. waves (counts rounded to
+    // nearest and up), and the plain cut. Fewer, larger chunks mean fewer partials to merge; more
+    // waves even out the tail. The LPT makespan of each candidate (balance_scheduler.h) decides;
+    // ties go to fewer tasks.
+    int64_t best = schedule_lpt(costs_of(plain), opt.n_workers).makespan;
+    std::vector<task> tasks = plain;
+    for (int64_t w = 1; w <= opt.waves; ++w)
+        for (bool round_up : {false, true}) {
+            const int64_t target = std::max<int64_t>(1, (total + w * opt.n_workers - 1) / (w * opt.n_workers));
+            std::vector<task> cut;
+            for (int64_t b = 0; b < batch; ++b)
+                for (int64_t c = 0; c < n_kv; ++c) {
+                    const int64_t n = seq_lens[size_t(b)];
+                    if (n == 0) continue;
+                    const int64_t cost = n * d_sum[size_t(c)];
+                    const int64_t want = (cost + (round_up ? target - 1 : target / 2)) / target;
+                    // Chunks no shorter than min_chunk_tokens.
+                    const int64_t parts = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, n / opt.min_chunk_tokens));
+                    cut_equal(b, c, n, parts, d_sum[size_t(c)], cut);
+                }
+            const int64_t makespan = schedule_lpt(costs_of(cut), opt.n_workers).makespan;
+            if (makespan < best || (makespan == best && cut.size() < tasks.size())) {
+                best = makespan;
+                tasks = std::move(cut);
+            }
+        }
+    return finish(std::move(tasks), batch, n_kv, opt);
+}
+
+decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const std::vector<int64_t> & k_widths,
+                                    const std::vector<int64_t> & v_widths, const std::vector<int64_t> & parts,
+                                    const decode_schedule_options & opt) {
+    int64_t max_len = 0;
+    const std::vector<int64_t> d_sum = check_inputs(seq_lens, k_widths, v_widths, opt, max_len);
+    const int64_t batch = int64_t(seq_lens.size()), n_kv = int64_t(k_widths.size());
+    KVCOMP_CHECK_ARG(int64_t(parts.size()) == batch * n_kv, "schedule_with_parts: ", parts.size(),
+                     " chunk counts for ", batch, " requests x ", n_kv, " KV heads");
+    std::vector<task> tasks;
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t c = 0; c < n_kv; ++c) {
+            const int64_t n = seq_lens[size_t(b)];
+            if (n > 0)
+                cut_equal(b, c, n, std::clamp<int64_t>(parts[size_t(b * n_kv + c)], 1, n), d_sum[size_t(c)], tasks);
+        }
+    return finish(std::move(tasks), batch, n_kv, opt);
+}
+
+bool schedule_cut_reusable(const std::vector<int64_t> & built, const std::vector<int64_t> & now) {
+    if (built.size() != now.size()) return false;
+    for (size_t b = 0; b < now.size(); ++b)
+        if (now[b] < built[b] || now[b] - built[b] > std::max<int64_t>(16, built[b] / 16)) return false;
+    return true;
 }
 
 }  // namespace kvcomp::host::lowrank

@@ -16,6 +16,11 @@
 //             next work-group to the first free compute unit, so descending order is LPT list
 //             scheduling.
 // Both cover each request's tokens exactly once per KV head; empty requests get no tasks (zeros).
+// A decoding engine calls this every step for lengths that grew by one token: the balanced search
+// (9 LPT schedules of every candidate cut) costs ~0.3 ms of host time per layer of distinct widths at
+// batch 16 (about 10 ms per step for 32 such layers on a 2-core EPYC machine), so the engine keeps
+// each (request, KV head)'s chunk count (decode_schedule::parts) and re-cuts the new lengths into
+// the same counts (schedule_with_parts) until a length moved by more than a sixteenth.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +42,7 @@ struct decode_schedule_options {
     int64_t n_workers = 1;           // compute units (SMs / CUs) of the device
     int64_t waves = 4;               // at most this many waves of n_workers tasks
     int64_t min_chunk_tokens = 256;  // below this a partial write + merge costs more than it saves
+    bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)
 };
 
 struct decode_schedule {
@@ -44,6 +50,7 @@ struct decode_schedule {
     std::vector<int32_t> merge;     // i32 [batch * n_kv_heads + 1 + n_tasks]
     int64_t n_tasks = 0;
     std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + 1)
+    std::vector<int64_t> parts;  // chunks per (request, KV head), [batch * n_kv_heads] (b-major)
     // Predicted makespans in cost units on n_workers: the list schedule of the rows in their order
     // (what GPU dispatch does), LPT of the same tasks (schedule_lpt) and the lower bound.
     int64_t dispatch_makespan = 0, lpt_makespan = 0, lower_bound = 0;
@@ -56,5 +63,16 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
                                       const std::vector<int64_t> & k_widths,
                                       const std::vector<int64_t> & v_widths,
                                       const decode_schedule_options & opt);
+
+// The schedule that cuts request b's tokens into parts[b * n_kv_heads + c] equal chunks for KV head
+// c (a previous schedule's parts, for slightly longer requests; counts above the length shrink to
+// it), ordered as opt.policy orders its rows, with the same tables and validation. No search.
+decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const std::vector<int64_t> & k_widths,
+                                    const std::vector<int64_t> & v_widths, const std::vector<int64_t> & parts,
+                                    const decode_schedule_options & opt);
+
+// Whether a schedule built for lengths `built` may be re-cut for `now` (schedule_with_parts): the
+// same requests, none shorter, none more than max(16, built / 16) tokens longer.
+bool schedule_cut_reusable(const std::vector<int64_t> & built, const std::vector<int64_t> & now);
 
 }  // namespace kvcomp::host::lowrank

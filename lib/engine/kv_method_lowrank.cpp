@@ -283,7 +283,11 @@ class lowrank_method : public kv_method {
     }
 
     // Every layer's decode schedule for this step, in one upload (one transfer per layer would make
-    // the stream wait 32 times per step on an 8B model). Layers with the same widths share one.
+    // the stream wait 32 times per step on an 8B model). Layers with the same widths share one. A
+    // balanced schedule is searched when the requests change or a length moved by more than a
+    // sixteenth since its search; in between, the new lengths are re-cut into the same chunk counts
+    // (decode_schedule.h: the search costs ~0.3 ms of host time per layer at batch 16, on the
+    // critical path of every step).
     void build_schedules(backend & be, const kv_step & s) {
         std::vector<int64_t> lens(static_cast<size_t>(s.batch), 0);
         for (size_t t = 0; t < s.host_positions.size(); ++t) {
@@ -293,19 +297,25 @@ class lowrank_method : public kv_method {
         hl::decode_schedule_options opt;
         opt.policy = c_.balanced_schedule ? hl::decode_policy::balanced : hl::decode_policy::plain;
         opt.n_workers = n_workers_;
+        opt.stats = false;
         std::vector<int32_t> host;
-        sched_.assign(plan_.layers.size(), {});
+        sched_.resize(plan_.layers.size());
         for (size_t l = 0; l < plan_.layers.size(); ++l) {
             const lowrank_layer & L = plan_.layers[l];
             size_t same = l;
             for (size_t e = 0; e < l && same == l; ++e)
                 if (plan_.layers[e].k == L.k && plan_.layers[e].v == L.v) same = e;
+            step_schedule & sc = sched_[l];
             if (same != l) {
-                sched_[l] = sched_[same];
+                sc.n_tasks = sched_[same].n_tasks;
+                sc.schedule_at = sched_[same].schedule_at, sc.merge_at = sched_[same].merge_at;
                 continue;
             }
-            const hl::decode_schedule ds = hl::build_decode_schedule(lens, L.k, L.v, opt);
-            step_schedule & sc = sched_[l];
+            const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
+                               hl::schedule_cut_reusable(sc.searched_lens, lens);
+            hl::decode_schedule ds = reuse ? hl::schedule_with_parts(lens, L.k, L.v, sc.parts, opt)
+                                           : hl::build_decode_schedule(lens, L.k, L.v, opt);
+            if (!reuse) sc.parts = std::move(ds.parts), sc.searched_lens = lens;
             sc.n_tasks = ds.n_tasks;
             sc.schedule_at = host.size();
             host.insert(host.end(), ds.schedule.begin(), ds.schedule.end());
@@ -320,6 +330,8 @@ class lowrank_method : public kv_method {
     struct step_schedule {
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
+        // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.
+        std::vector<int64_t> parts, searched_lens;
     };
 
     lowrank_method_config c_;

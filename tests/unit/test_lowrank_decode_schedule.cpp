@@ -172,4 +172,38 @@ TEST(lowrank_decode_schedule, bad_input_gives_clear_errors) {
                  status::invalid_argument, {"n_workers (0)"});
 }
 
+// The engine's per-step path (decode_schedule.h): re-cutting longer requests into a search's chunk
+// counts gives the search's own schedule on the same lengths, a valid schedule on longer ones with
+// the same counts, and the reuse rule admits small growth of the same requests only.
+TEST(lowrank_decode_schedule, recut_with_parts_matches_the_search_and_covers_longer_requests) {
+    for (decode_policy p : {decode_policy::plain, decode_policy::balanced}) {
+        const std::vector<int64_t> lens = {3000, 1, 0, 1000, 4500};
+        const decode_schedule s = build_decode_schedule(lens, kw, vw, opts(p, 16));
+        ASSERT_EQ(s.parts.size(), lens.size() * kw.size());
+        const decode_schedule again = schedule_with_parts(lens, kw, vw, s.parts, opts(p, 16));
+        if (p == decode_policy::balanced) {
+            EXPECT_EQ(again.schedule, s.schedule);  // the balanced search keeps equal chunks
+            EXPECT_EQ(again.merge, s.merge);
+        }
+        const std::vector<int64_t> longer = {3010, 2, 16, 1001, 4700};
+        const decode_schedule r = schedule_with_parts(longer, kw, vw, s.parts, opts(p, 16));
+        expect_covers(r, longer, int64_t(kw.size()));
+        for (size_t i = 0; i < s.parts.size(); ++i) {
+            if (lens[i / kw.size()] > 0) {
+                EXPECT_EQ(r.parts[i], s.parts[i]) << "(b, c) " << i;
+            }
+        }
+        if (p == decode_policy::balanced) {
+            for (int64_t t = 1; t < r.n_tasks; ++t) EXPECT_GE(r.costs[size_t(t - 1)], r.costs[size_t(t)]);
+        }
+    }
+    EXPECT_TRUE(schedule_cut_reusable({3000, 1, 0}, {3001, 2, 1}));
+    EXPECT_TRUE(schedule_cut_reusable({3200, 10}, {3400, 26}));
+    EXPECT_FALSE(schedule_cut_reusable({3200, 10}, {3401, 10}));  // more than a sixteenth longer
+    EXPECT_FALSE(schedule_cut_reusable({3000, 10}, {2999, 11}));  // a request got shorter (replaced)
+    EXPECT_FALSE(schedule_cut_reusable({3000, 10}, {3001, 11, 1}));  // another request joined
+    expect_error([] { schedule_with_parts({10, 20}, {16}, {16}, {1}, opts(decode_policy::plain, 4)); },
+                 status::invalid_argument, {"1 chunk counts", "2 requests"});
+}
+
 }  // namespace
