@@ -53,7 +53,9 @@ int run_bench(int argc, char ** argv) {
         "batches", po::value<std::string>()->default_value("1"), "comma-separated batch sizes")(
         "prompts", po::value<std::string>()->default_value("512"), "comma-separated prompt lengths (tokens)")(
         "gen", po::value<long>()->default_value(32), "tokens generated per request")(
-        "max-kv-gib", po::value<double>()->default_value(40.0), "skip grid points whose KV cache would exceed this")(
+        "max-kv-gib", po::value<double>()->default_value(40.0),
+        "skip grid points whose uncompressed (fp16) KV cache would exceed this many GiB (a compressing "
+        "method holds less)")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "warmup", po::value<long>()->default_value(1),
         "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(
@@ -91,7 +93,7 @@ int run_bench(int argc, char ** argv) {
             for (int64_t p : prompts) {
                 const double kv = double(b) * double(p + gen) * kv_token_bytes;
                 if (kv > max_kv) {
-                    std::fprintf(stderr, "skip batch %ld x prompt %ld: KV cache %.1f GiB > --max-kv-gib\n", b, p,
+                    std::fprintf(stderr, "skip batch %ld x prompt %ld: fp16 KV cache %.1f GiB > --max-kv-gib\n", b, p,
                                  kv / double(1ull << 30));
                     continue;
                 }
