@@ -6,6 +6,9 @@
   bench_ops_lowrank_warp_h100.csv  the fp16 low-rank decode with per-warp tiles (+ _base: the kernel before,
                               timed in the same visits)
   bench_lowrank.csv           kvcomp bench at Llama-3-8B shapes (tools/gpu_host/run_lowrank.sh)
+  bench_ops_lowrank_mma_h200.csv  the tensor-core decodes after their rework on an H200 (f16 and 4-bit pages,
+                              fp16 decode of the same run; + _base: the first tensor-core version, an earlier visit)
+  bench_lowrank_h200.csv      kvcomp bench on the H200 after that rework (none, fdc, fdc kv_bits=4, palu)
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
 """
@@ -16,7 +19,7 @@ from bench_table import bench_points, bench_vs_none
 from results_data import provenance, read_dicts
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
-           "eval_lowrank_q4.csv")  # kept out of the generic sections
+           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -162,22 +165,34 @@ def _kernels(ops):
     return out + [""]
 
 
-def _before_after(old, new):
-    """The fp16 low-rank decode before and after the per-warp tiles, timed in the same visits."""
+def _before_after(old, new, caption):
+    """A decode kernel's rows before and after a change; caption(old commit, new commit, device) the text."""
     key = lambda r: (r["op"], r["backend"], r["batch"], r["context"])
     before = {key(r): float(r["time_ms"]) for r in old if r["op"].startswith("decode_lowrank") and r["time_ms"]}
     rows = [r for r in new if key(r) in before and r["time_ms"]]
     if not rows:
         return []
-    out = [f"The same kernels before (`{old[0]['commit']}`: the block's 4 warps share each 12 KiB tile, one "
-           f"`__syncthreads` per tile) and after (`{rows[0]['commit']}`: each warp streams its own tiles through its "
-           f"own cp.async ring), timed one after the other in the same visits on {rows[0]['device']} "
-           "(`docs/data/bench_ops_lowrank_warp_base_h100.csv`):", "",
+    out = [caption(old[0]["commit"], rows[0]["commit"], rows[0]["device"]), "",
            "| kernel | backend | batch | context | before ms | after ms | speed-up |", "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["op"], int(r["batch"]), int(r["context"]))):
         b, t = before[key(r)], float(r["time_ms"])
         out.append(f"| {r['op'][7:]} | {r['backend']} | {r['batch']} | {r['context']} | {b:.4g} | {t:.4g} | {b / t:.2f}× |")
     return out + [""]
+
+
+def _warp_caption(old, new, device):
+    return (f"The same kernels before (`{old}`: the block's 4 warps share each 12 KiB tile, one `__syncthreads` per "
+            f"tile) and after (`{new}`: each warp streams its own tiles through its own cp.async ring), timed one "
+            f"after the other in the same visits on {device} (`docs/data/bench_ops_lowrank_warp_base_h100.csv`):")
+
+
+def _mma_caption(old, new, device):
+    return (f"The tensor-core kernels as first written (`{old}`: each 16-byte chunk of a tile mapped to its page and "
+            f"row by two run-time divisions and a shuffle, ~100 instructions per copy; a merge kernel walking 66 "
+            f"partials per head through dependent loads at batch 1) and after (`{new}`: tiles copied as whole page "
+            f"runs, a parallel merge, 32-bit shared addresses; the 4-bit pages on tensor cores), on {device} in two "
+            "visits of the same day, each next to its own fp16 decode (`docs/data/bench_ops_lowrank_mma_base_h200.csv`, "
+            "`docs/data/lowrank_mma_h200.log`):")
 
 
 def _e2e(rows):
@@ -202,9 +217,44 @@ def _e2e(rows):
     return out + [""]
 
 
+def _point_of(r):
+    """The bench table's parameter of a low-rank row: its compression p, and kv_bits=4 when set."""
+    p = compression_of(r)
+    if p is None:
+        return None
+    return f"{p:.1f}" + (", kv_bits=4" if "kv_bits=4" in r["method_opts"] else "")
+
+
+def _e2e_h200(rows):
+    if not rows:
+        return []
+    out = ["### End to end after the decode kernels' rework (kvcomp bench, H200)", "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (commands in",
+           "`docs/data/lowrank_mma_h200.log`): fdc and palu calibrated on the random-weight model (8192 uniform token",
+           "ids) for p = 0.5, fdc also with `kv_bits=4`; 16 generated tokens; none in the same visit; 16 × 32K is",
+           "skipped (its fp16 cache exceeds `--max-kv-gib` 40). Random weights give every head the same rank (64 of",
+           "128), so this run does not exercise uneven ranks; the kernel tables above do.", ""]
+    out += bench_vs_none(rows, param=_point_of, param_name="p")
+    pts = bench_points(rows, _point_of)
+    pairs, ttft = [], []
+    for (m, p, be, b, ctx), ms in sorted(pts.items()):
+        q = pts.get(("palu", p, be, b, ctx))
+        n = pts.get(("none", None, be, b, ctx))
+        if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
+            pairs.append(f"batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
+        if m == "fdc" and n and "ttft_ms" in ms and "ttft_ms" in n:
+            ttft.append(f"p {p}, batch {b} × {ctx}: {float(ms['ttft_ms']['value']) / float(n['ttft_ms']['value']):.3f}")
+    if pairs:
+        out += ["", "Palu TBT over FDC TBT at p 0.5 (target ≥ 1.5 at 32K): " + "; ".join(pairs) + "."]
+    if ttft:
+        out += ["", "FDC TTFT over none's (the online projection's cost; target ≤ 1.05): " + "; ".join(ttft) + "."]
+    return out + [""]
+
+
 def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
+    be_h200 = [r for r in results if r["source"] == "bench_lowrank_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
@@ -214,8 +264,12 @@ def lowrank_section(data_dir, results):
                  "bench_ops_lowrank_warp_h100.csv"):
         kernels += _kernels(read_dicts(os.path.join(data_dir, name)))
     kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_warp_base_h100.csv")),
-                             read_dicts(os.path.join(data_dir, "bench_ops_lowrank_warp_h100.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be)
+                             read_dicts(os.path.join(data_dir, "bench_ops_lowrank_warp_h100.csv")), _warp_caption)
+    mma = read_dicts(os.path.join(data_dir, "bench_ops_lowrank_mma_h200.csv"))
+    kernels += _kernels(mma)
+    kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_mma_base_h200.csv")), mma,
+                             _mma_caption)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be) + _e2e_h200(be_h200)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
