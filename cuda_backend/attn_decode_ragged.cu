@@ -194,15 +194,7 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         const int i = idx / vw, d = idx % vw;
         float lse2;
         const float val = merge_warp_states<QP, 8 * L, kWarps>(sm, i, d, lse2);
-        const int h = t.h0 + i;
-        if (t.direct) {
-            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw +
-                  d] = val;
-        } else {
-            const int64_t row = int64_t(t.task) * a.group + h;
-            a.part_o[row * a.max_width + d] = val;
-            if (d == 0) a.part_lse[row] = lse2;
-        }
+        store_ragged_value(a, t, t.h0 + i, d, val, lse2);
     }
 }
 

@@ -198,40 +198,19 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
     }
     cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
 
-    // The warps' states merge through the rings (decode_common.cuh's layout: o [warps][QH][W],
-    // then m and l [warps][QH]).
+    // The warps' states merge through the rings.
     st.l = head_sum(st.l);
     __syncthreads();  // every warp is done with its ring
     float * sm = reinterpret_cast<float *>(ring);
-    float * sm_o = sm;
-    float * sm_m = sm_o + kRaggedWarps * QH * W;
-    float * sm_l = sm_m + kRaggedWarps * QH;
 #pragma unroll
     for (int m = 0; m < MV; ++m) {
         if (m < tv.nv) {
-            float * dst = sm_o + (warp * QH + t4) * W + 16 * m + g;
+            float * dst = sm + (warp * QH + t4) * W + 16 * m + g;
             dst[0] = st.o[m][0] + st.o[m][1];
             dst[8] = st.o[m][2] + st.o[m][3];
         }
     }
-    if (g == 0) {
-        sm_m[warp * QH + t4] = st.m;
-        sm_l[warp * QH + t4] = st.l;
-    }
-    __syncthreads();
-    for (int idx = tid; idx < t.nh * vw; idx += kRaggedThreads) {
-        const int i = idx / vw, d = idx % vw;
-        float lse2;
-        const float val = merge_warp_states<QH, W, kRaggedWarps>(sm, i, d, lse2);
-        const int h = t.h0 + i;
-        if (t.direct) {
-            a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw + d] = val;
-        } else {
-            const int64_t row = int64_t(t.task) * a.group + h;
-            a.part_o[row * a.max_width + d] = val;
-            if (d == 0) a.part_lse[row] = lse2;
-        }
-    }
+    finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
 }
 
 template <int W>

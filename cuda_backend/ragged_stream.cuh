@@ -45,6 +45,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "decode_common.cuh"
 #include "ragged_common.cuh"
 
 namespace kvcomp::cuda {
@@ -128,6 +129,43 @@ template <bool PAD>
 __host__ __device__ constexpr int stage_row_halves(int w) {
     if constexpr (!PAD) return w;
     return 8 * (2 * ((w + 15) / 16) + 1);
+}
+
+// Channel d of query head h of the block's task: the output itself when the task is its (request,
+// KV head)'s only one, else the task's partial (and, once per row, its log2 denominator).
+__device__ __forceinline__ void store_ragged_value(const rdecode_args & a, const rtask & t, int h, int d, float val,
+                                                   float lse2) {
+    const int vw = t.hd.v_width;
+    if (t.direct) {
+        a.out[int64_t(t.b) * a.group * a.v_total + int64_t(a.group) * t.hd.v_offset + int64_t(h) * vw + d] = val;
+    } else {
+        const int64_t row = int64_t(t.task) * a.group + h;
+        a.part_o[row * a.max_width + d] = val;
+        if (d == 0) a.part_lse[row] = lse2;
+    }
+}
+
+// The end of a tensor-core decode block: lane (g, t) of each warp holds head t's running max m and
+// its sum l (already summed over the head's 8 lanes); the caller has written the warps' outputs to
+// sm (o [warps][QH][W], decode_common.cuh's layout) after a __syncthreads that ended the tile loop.
+// Publishes m and l, then merges the warps per (head, channel) and stores the block's results.
+template <int QH, int W>
+__device__ __forceinline__ void finish_mma_block(const rdecode_args & a, const rtask & t, float * sm, float m, float l) {
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+    float * sm_m = sm + kRaggedWarps * QH * W;
+    float * sm_l = sm_m + kRaggedWarps * QH;
+    if ((lane >> 2) == 0) {
+        sm_m[warp * QH + (lane & 3)] = m;
+        sm_l[warp * QH + (lane & 3)] = l;
+    }
+    __syncthreads();
+    const int vw = t.hd.v_width;
+    for (int idx = int(threadIdx.x); idx < t.nh * vw; idx += kRaggedThreads) {
+        const int i = idx / vw, d = idx % vw;
+        float lse2;
+        const float val = merge_warp_states<QH, W, kRaggedWarps>(sm, i, d, lse2);
+        store_ragged_value(a, t, t.h0 + i, d, val, lse2);
+    }
 }
 
 // One warp's stream of its tiles of task t (see the banner). STAGE_BYTES: bytes of one stage.

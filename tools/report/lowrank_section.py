@@ -195,28 +195,6 @@ def _mma_caption(old, new, device):
             "`docs/data/lowrank_mma_h200.log`):")
 
 
-def _e2e(rows):
-    if not rows:
-        return []
-    out = ["### End to end at Llama-3-8B shapes, random weights (kvcomp bench)", "",
-           f"`tools/gpu_host/run_lowrank.sh` on {provenance(rows)}: each method calibrated on the random-weight",
-           "model itself (8192 uniform token ids; the config has no tokenizer), ranks for compression p re-chosen",
-           "at load; prompt attention through the tensor-core attn_prefill on heads zero-padded to 128 (option",
-           "prefill=padded, the default); 16 generated tokens; TTFT until every request has its first token, TBT the",
-           "median gap; none is the fp16 cache in the same visit. KV bytes: the batch's cache at its last step.", ""]
-    out += bench_vs_none(rows, param=compression_of, param_name="p")
-    # FDC against Palu at the same point (the paper's comparison: -64 % TBT at 32K).
-    pts = bench_points(rows, compression_of)
-    pairs = []
-    for (m, p, be, b, ctx), ms in pts.items():
-        q = pts.get(("palu", p, be, b, ctx))
-        if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
-            pairs.append(f"{be} p {p:.1f}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
-    if pairs:
-        out += ["", "Palu TBT over FDC TBT (target ≥ 1.5 at 32K): " + "; ".join(sorted(pairs)) + "."]
-    return out + [""]
-
-
 def _point_of(r):
     """The bench table's parameter of a low-rank row: its compression p, and kv_bits=4 when set."""
     p = compression_of(r)
@@ -225,30 +203,43 @@ def _point_of(r):
     return f"{p:.1f}" + (", kv_bits=4" if "kv_bits=4" in r["method_opts"] else "")
 
 
-def _e2e_h200(rows):
+def _e2e(rows, intro):
+    """kvcomp bench rows against none, then FDC against Palu (the paper's comparison: -64 % TBT at 32K) and
+    FDC's TTFT against none's (the online projection's cost) at every point both have."""
     if not rows:
         return []
-    out = ["### End to end after the decode kernels' rework (kvcomp bench, H200)", "",
-           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (commands in",
-           "`docs/data/lowrank_mma_h200.log`): fdc and palu calibrated on the random-weight model (8192 uniform token",
-           "ids) for p = 0.5, fdc also with `kv_bits=4`; 16 generated tokens; none in the same visit; 16 × 32K is",
-           "skipped (its fp16 cache exceeds `--max-kv-gib` 40). Random weights give every head the same rank (64 of",
-           "128), so this run does not exercise uneven ranks; the kernel tables above do.", ""]
-    out += bench_vs_none(rows, param=_point_of, param_name="p")
+    out = intro(provenance(rows)) + [""] + bench_vs_none(rows, param=_point_of, param_name="p")
     pts = bench_points(rows, _point_of)
     pairs, ttft = [], []
-    for (m, p, be, b, ctx), ms in sorted(pts.items()):
-        q = pts.get(("palu", p, be, b, ctx))
-        n = pts.get(("none", None, be, b, ctx))
+    for (m, p, be, b, ctx), ms in pts.items():
+        q, n = pts.get(("palu", p, be, b, ctx)), pts.get(("none", None, be, b, ctx))
         if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
-            pairs.append(f"batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
+            pairs.append(f"{be} p {p}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
         if m == "fdc" and n and "ttft_ms" in ms and "ttft_ms" in n:
-            ttft.append(f"p {p}, batch {b} × {ctx}: {float(ms['ttft_ms']['value']) / float(n['ttft_ms']['value']):.3f}")
+            ttft.append(f"{be} p {p}, batch {b} × {ctx}: {float(ms['ttft_ms']['value']) / float(n['ttft_ms']['value']):.3f}")
     if pairs:
-        out += ["", "Palu TBT over FDC TBT at p 0.5 (target ≥ 1.5 at 32K): " + "; ".join(pairs) + "."]
+        out += ["", "Palu TBT over FDC TBT (target ≥ 1.5 at 32K): " + "; ".join(sorted(pairs)) + "."]
     if ttft:
-        out += ["", "FDC TTFT over none's (the online projection's cost; target ≤ 1.05): " + "; ".join(ttft) + "."]
+        out += ["", "FDC TTFT over none's (the online projection's cost; target ≤ 1.05): " + "; ".join(sorted(ttft)) + "."]
     return out + [""]
+
+
+def _e2e_h100_intro(prov):
+    return ["### End to end at Llama-3-8B shapes, random weights (kvcomp bench)", "",
+            f"`tools/gpu_host/run_lowrank.sh` on {prov}: each method calibrated on the random-weight",
+            "model itself (8192 uniform token ids; the config has no tokenizer), ranks for compression p re-chosen",
+            "at load; prompt attention through the tensor-core attn_prefill on heads zero-padded to 128 (option",
+            "prefill=padded, the default); 16 generated tokens; TTFT until every request has its first token, TBT the",
+            "median gap; none is the fp16 cache in the same visit. KV bytes: the batch's cache at its last step."]
+
+
+def _e2e_h200_intro(prov):
+    return ["### End to end after the decode kernels' rework (kvcomp bench, H200)", "",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (commands in",
+            "`docs/data/lowrank_mma_h200.log`): fdc and palu calibrated on the random-weight model (8192 uniform token",
+            "ids) for p = 0.5, fdc also with `kv_bits=4`; 16 generated tokens; none in the same visit; 16 × 32K is",
+            "skipped (its fp16 cache exceeds `--max-kv-gib` 40). Random weights give every head the same rank (64 of",
+            "128), so this run does not exercise uneven ranks; the kernel tables above do."]
 
 
 def lowrank_section(data_dir, results):
@@ -269,7 +260,7 @@ def lowrank_section(data_dir, results):
     kernels += _kernels(mma)
     kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_mma_base_h200.csv")), mma,
                              _mma_caption)
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be) + _e2e_h200(be_h200)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
