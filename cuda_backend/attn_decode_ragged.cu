@@ -350,7 +350,11 @@ bool aligned16(const void * p) {
 // 239 / 167 / 128 / 128 for QP = 8 / 4 / 2 / 1) 2 for QP = 8, 3 for QP = 4, 4 for QP <= 2.
 template <int QP>
 void launch_decode(context & ctx, const rdecode_args & a, dim3 grid) {
-    launch_ragged_kernel(ctx, attn_decode_ragged_kernel<QP>, grid, kSmemBytes, a);
+    if (kSmemBytes > 48 * 1024)
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_kernel<QP>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    attn_decode_ragged_kernel<QP><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

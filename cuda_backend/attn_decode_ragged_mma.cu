@@ -26,19 +26,23 @@
 //   -inf, so weight 0 times finite values; every row a step reads was copied for this tile.
 #include <climits>
 
-#include "ragged_mma.cuh"
+#include "decode_common.cuh"
+#include "decode_mma.cuh"
+#include "ragged_common.cuh"
+#include "ragged_stream.cuh"
 
 namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int QH = kMmaHeadsPerBlock;
+constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
 constexpr int kStages = 2;
 // A stage holds 16 rows of K' and V' of the widest head (2 x 17 chunks of 16 bytes per row at
 // widths 128): 8.5 KiB, so 9 KiB; narrower heads get longer tiles (up to kMaxTileTokens).
 constexpr int kStageBytes = 9 * 1024;
 constexpr int kWarpRingBytes = kStages * kStageBytes;
 constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 72 KiB: 3 blocks per SM
+using stream = tile_stream<kStages, kStageBytes, true>;
 static_assert(16 * 2 * stage_row_halves<true>(128) * 2 <= kStageBytes, "16 rows of the widest head per stage");
 static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= kSmemBytes,
               "the warps' merge area must fit in the rings it reuses");
@@ -66,6 +70,14 @@ __device__ __forceinline__ void load_q_frags(const rdecode_args & a, const rtask
         bq[kk][1] = pack_half2(part(c + 8), part(c + 9));
     }
 }
+
+// Per-warp state: lane (g, t) keeps head t's running max (shared by its 8 lanes) and its part of
+// the sum, and the output accumulators of the m-tiles.
+template <int MV>
+struct rstate {
+    float o[MV][4];
+    float m = -INFINITY, l = 0.0f;
+};
 
 // The geometry of one staged tile as a warp reads it.
 struct tile_view {
@@ -101,7 +113,7 @@ __device__ __forceinline__ float2 tile_scores(const tile_view & tv, int r0, int 
 
 // Adds rows r0 .. r0 + 15 of V' weighted by this lane's p0 (row r0 + g) and p1 (row r0 + g + 8).
 template <int MV>
-__device__ __forceinline__ void tile_values(float (&o)[MV][4], const tile_view & tv, int r0, int hi, float p0,
+__device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & tv, int r0, int hi, float p0,
                                             float p1, int lane) {
     uint32_t b0, b1;
     p_frag(p0, p1, b0, b1);
@@ -114,66 +126,99 @@ __device__ __forceinline__ void tile_values(float (&o)[MV][4], const tile_view &
         if (m < tv.nv) {  // uniform
             uint32_t af[4];
             ldmatrix_x4_trans(af, row + unsigned(32 * m));
-            mma_16816(o[m], af, b0, b1);
+            mma_16816(st.o[m], af, b0, b1);
         }
     }
 }
 
-// The f16 pages' part of ragged_mma_block (ragged_mma.cuh).
-template <int W>
-struct f16_pages {
-    static constexpr int kStages = ::kvcomp::cuda::kStages, kStageBytes = ::kvcomp::cuda::kStageBytes;
-    static constexpr int MK = W / 16, MV = W / 16;
-    using stream = tile_stream<kStages, kStageBytes, true>;
-    int lane;
-    uint32_t bq[MK][2];
-    float o[MV][4];
-    tile_view tv;
-
-    __device__ __forceinline__ f16_pages(const rdecode_args & a, const rtask & t, int lane_) : lane(lane_) {
-        load_q_frags<MK>(a, t, lane, bq);
+template <int MV>
+__device__ __forceinline__ void rescale(rstate<MV> & st, float alpha) {
+    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
+    if (__any_sync(full_mask, alpha != 1.0f)) {
 #pragma unroll
         for (int m = 0; m < MV; ++m)
 #pragma unroll
-            for (int k = 0; k < 4; ++k) o[m][k] = 0.0f;
-        const int kw = t.hd.k_width, vw = t.hd.v_width;
-        tv.k_row = 2 * stage_row_halves<true>(kw), tv.v_row = 2 * stage_row_halves<true>(vw);
-        tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
-        tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
+            for (int k = 0; k < 4; ++k) st.o[m][k] *= alpha;
     }
-    __device__ __forceinline__ int t_max() const { return (kStageBytes / (tv.k_row + tv.v_row)) & ~15; }
-    __device__ __forceinline__ void bind(const stream & ts, int k) {
-        tv.k = ts.k_stage_s(k);
-        tv.v = ts.v_stage_s(k);
-    }
-    __device__ __forceinline__ float2 scores(int r0, int hi) const { return tile_scores<MK>(tv, r0, hi, bq, lane); }
-    __device__ __forceinline__ void values(int r0, int hi, float p0, float p1) {
-        tile_values<MV>(o, tv, r0, hi, p0, p1, lane);
-    }
-    __device__ __forceinline__ void rescale(float alpha) {
-#pragma unroll
-        for (int m = 0; m < MV; ++m)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) o[m][k] *= alpha;
-    }
-    // Lane (g, t): head t, channels 16m + g (c0 + c1: hi and lo columns) and 16m + g + 8 (c2 + c3).
-    __device__ __forceinline__ void store(float * row) const {
-        const int g = lane >> 2;
-#pragma unroll
-        for (int m = 0; m < MV; ++m) {
-            if (m < tv.nv) {
-                row[16 * m + g] = o[m][0] + o[m][1];
-                row[16 * m + g + 8] = o[m][2] + o[m][3];
-            }
-        }
-    }
-};
+}
 
 // W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
 template <int W>
 __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kernel(const rdecode_args a) {
+    constexpr int MK = W / 16, MV = W / 16;
     extern __shared__ uint4 smem[];
-    ragged_mma_block<W, f16_pages<W>>(a, reinterpret_cast<uint8_t *>(smem));
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+    rtask t;
+    if (!load_task(a, QH, t)) return;  // uniform
+    t.hd.k_width = min(t.hd.k_width, W);  // the launch checked max_width <= W
+    t.hd.v_width = min(t.hd.v_width, W);
+    const int kw = t.hd.k_width, vw = t.hd.v_width;
+
+    uint32_t bq[MK][2];
+    load_q_frags<MK>(a, t, lane, bq);
+    rstate<MV> st;
+#pragma unroll
+    for (int m = 0; m < MV; ++m)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
+
+    const int rs_k = stage_row_halves<true>(kw), rs_v = stage_row_halves<true>(vw);
+    // Rows of both heads that fit a stage, in whole 16-row mma steps.
+    stream ts(a, t, ring + warp * kWarpRingBytes, (kStageBytes / (2 * (rs_k + rs_v))) & ~15);
+    tile_view tv;
+    tv.k_row = 2 * rs_k, tv.v_row = 2 * rs_v;
+    tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
+    tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
+
+    ts.locate(0);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
+    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
+        ts.wait(k);                        // tile k is in its stage for every lane
+        ts.issue(k + kStages - 1);         // refills tile k - 1's stage
+
+        tv.k = ts.k_stage_s(k);
+        tv.v = ts.v_stage_s(k);
+        int lo, hi;
+        ts.rows(k, lo, hi);
+        // Software-pipelined: the next step's scores are independent of this step's softmax and
+        // values, so the scheduler can interleave them (a warp streams alone: its own ILP hides
+        // the mma and shared-memory latencies).
+        float2 s = tile_scores<MK>(tv, lo, hi, bq, lane);
+        for (int r0 = lo; r0 < hi; r0 += 16) {
+            float p0, p1;
+            rescale(st, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
+            float2 next = make_float2(-INFINITY, -INFINITY);
+            if (r0 + 16 < hi) next = tile_scores<MK>(tv, r0 + 16, hi, bq, lane);
+            tile_values<MV>(st, tv, r0, hi, p0, p1, lane);
+            s = next;
+        }
+    }
+    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+
+    // The warps' states merge through the rings.
+    st.l = head_sum(st.l);
+    __syncthreads();  // every warp is done with its ring
+    float * sm = reinterpret_cast<float *>(ring);
+#pragma unroll
+    for (int m = 0; m < MV; ++m) {
+        if (m < tv.nv) {
+            float * dst = sm + (warp * QH + t4) * W + 16 * m + g;
+            dst[0] = st.o[m][0] + st.o[m][1];
+            dst[8] = st.o[m][2] + st.o[m][3];
+        }
+    }
+    finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
+}
+
+template <int W>
+void launch(context & ctx, const rdecode_args & a, dim3 grid) {
+    KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_mma_kernel<W>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    attn_decode_ragged_mma_kernel<W><<<grid, kRaggedThreads, kSmemBytes, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -185,9 +230,9 @@ bool ragged_mma_handles(int64_t max_width) {
 void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a) {
     const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
     if (a.max_width <= 64)
-        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<64>, grid, kSmemBytes, a);
+        launch<64>(ctx, a, grid);
     else
-        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<128>, grid, kSmemBytes, a);
+        launch<128>(ctx, a, grid);
 }
 
 }  // namespace kvcomp::cuda

@@ -18,7 +18,6 @@
 
 #include "common.cuh"
 #include "ragged_common.cuh"
-#include "ragged_stream.cuh"  // ragged_row_bytes
 
 namespace kvcomp::cuda {
 
@@ -44,6 +43,9 @@ struct q4_args {
     float qscale;
 };
 
+__device__ __forceinline__ int q4_row_bytes(int w) {
+    return 4 + 4 * ((w + 7) / 8);
+}
 __device__ __forceinline__ float q4_param(const uint8_t * row, int i) {
     return __half2float(reinterpret_cast<const __half *>(row)[i]);
 }
@@ -68,10 +70,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q
     int k_head = 0, v_head = 0;  // byte offsets of head c's rows within a token's bytes
     for (int i = 0; i < c; ++i) {
         const ragged_head o = load_head(a.heads, i);
-        k_head += ragged_row_bytes(4, o.k_width);
-        v_head += ragged_row_bytes(4, o.v_width);
+        k_head += q4_row_bytes(o.k_width);
+        v_head += q4_row_bytes(o.v_width);
     }
-    const int krb = ragged_row_bytes(4, hd.k_width), vrb = ragged_row_bytes(4, hd.v_width);
+    const int krb = q4_row_bytes(hd.k_width), vrb = q4_row_bytes(hd.v_width);
 
     for (int e = tid; e < QP * kMaxWidth; e += kThreads) {
         const int j = e / kMaxWidth, d = e % kMaxWidth;

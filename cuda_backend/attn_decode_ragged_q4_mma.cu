@@ -32,13 +32,16 @@
 //   words read past a row's end stay inside the stage (kSlack bytes after its V rows).
 #include <climits>
 
-#include "ragged_mma.cuh"
+#include "decode_common.cuh"
+#include "decode_mma.cuh"
+#include "ragged_common.cuh"
+#include "ragged_stream.cuh"
 
 namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int QH = kMmaHeadsPerBlock;
+constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
 constexpr int kStages = 2;
 // A stage: 8 KiB (48+ rows of the widest heads, 128 + 128: 68 + 68 bytes a row), of which the last
 // kSlack bytes stay free for code words read past the last V row.
@@ -46,6 +49,7 @@ constexpr int kStageBytes = 8 * 1024;
 constexpr int kSlack = 16;
 constexpr int kWarpRingBytes = kStages * kStageBytes;
 constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 64 KiB: 3 blocks per SM
+using stream = tile_stream<kStages, kStageBytes, false>;
 static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= kSmemBytes,
               "the warps' merge area must fit in the rings it reuses");
 
@@ -83,6 +87,14 @@ __device__ __forceinline__ void load_q_frags(const rdecode_args & a, const rtask
     qsum += __shfl_xor_sync(full_mask, qsum, 8);
     qsum += __shfl_xor_sync(full_mask, qsum, 16);
 }
+
+// Per-warp state: lane (g, t) keeps head t's running max (shared by its 8 lanes), its part of the
+// sum and of the bias, and the output accumulators of the m-tiles.
+template <int MV>
+struct qstate {
+    float o[MV][4];
+    float m = -INFINITY, l = 0.0f, bias = 0.0f;
+};
 
 // The geometry of one staged tile as a warp reads it.
 struct q4_tile {
@@ -128,15 +140,14 @@ __device__ __forceinline__ float2 tile_scores(const q4_tile & tv, int r0, int hi
 }
 
 // Adds rows r0 .. r0 + 15 of V weighted by this lane's p0 (row r0 + g) and p1 (row r0 + g + 8).
-// The part sum_t p_t (mn_t - 16 st_t) goes to `bias`.
 template <int MV>
-__device__ __forceinline__ void tile_values(float (&o)[MV][4], float & bias, const q4_tile & tv, int r0, int hi,
-                                            float p0, float p1, uint32_t sel, uint32_t ex, int lane) {
+__device__ __forceinline__ void tile_values(qstate<MV> & st, const q4_tile & tv, int r0, int hi, float p0, float p1,
+                                            uint32_t sel, uint32_t ex, int lane) {
     const int g = lane >> 2, tq = lane & 3;
     {
         const float2 pa = row_params(tv.v, tv.v_row, min(r0 + g, hi - 1));
         const float2 pb = row_params(tv.v, tv.v_row, min(r0 + g + 8, hi - 1));
-        bias = fmaf(p0, pa.x - 16.0f * pa.y, fmaf(p1, pb.x - 16.0f * pb.y, bias));
+        st.bias = fmaf(p0, pa.x - 16.0f * pa.y, fmaf(p1, pb.x - 16.0f * pb.y, st.bias));
         uint32_t b0, b1;
         p_frag(p0 * pa.y, p1 * pb.y, b0, b1);
         // Rows 2t, 2t + 1, 2t + 8, 2t + 9 of the step, at the code word of byte 8m + g (m = 0).
@@ -156,75 +167,101 @@ __device__ __forceinline__ void tile_values(float (&o)[MV][4], float & bias, con
                                                  *reinterpret_cast<const uint32_t *>(r_9 + 8 * m), sel);
                 const uint32_t af[4] = {code_pair<4>(x01, 6, ex), code_pair<4>(x01, 2, ex), code_pair<4>(x89, 6, ex),
                                         code_pair<4>(x89, 2, ex)};
-                mma_16816(o[m], af, b0, b1);
+                mma_16816(st.o[m], af, b0, b1);
             }
         }
     }
 }
 
-// The 4-bit pages' part of ragged_mma_block (ragged_mma.cuh).
-template <int W>
-struct q4_pages {
-    static constexpr int kStages = ::kvcomp::cuda::kStages, kStageBytes = ::kvcomp::cuda::kStageBytes;
-    static constexpr int NG = W / 32, MV = W / 16;
-    using stream = tile_stream<kStages, kStageBytes, false>;
-    int lane;
-    uint32_t bq[2 * NG][2];
-    float qsum, bias = 0.0f;  // this lane's head's sum of q; its part of sum_t p_t (mn_t - 16 st_t)
-    float o[MV][4];
-    uint32_t ex, sel;  // code_exponents<4>(); the byte_perm selector of this lane's code byte
-    q4_tile tv;
-
-    __device__ __forceinline__ q4_pages(const rdecode_args & a, const rtask & t, int lane_) : lane(lane_) {
-        load_q_frags<NG>(a, t, lane, bq, qsum);
+template <int MV>
+__device__ __forceinline__ void rescale(qstate<MV> & st, float alpha) {
+    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
+    if (__any_sync(full_mask, alpha != 1.0f)) {
+        st.bias *= alpha;
 #pragma unroll
         for (int m = 0; m < MV; ++m)
 #pragma unroll
-            for (int k = 0; k < 4; ++k) o[m][k] = 0.0f;
-        ex = code_exponents<4>();
-        const uint32_t b = uint32_t((lane >> 2) & 3);
-        sel = b | b << 4 | (4 + b) << 8 | (4 + b) << 12;
-        tv.k_row = t.k_row, tv.v_row = t.v_row;
-        tv.ng = (t.hd.k_width + 31) / 32, tv.nv = (t.hd.v_width + 15) / 16;
+            for (int k = 0; k < 4; ++k) st.o[m][k] *= alpha;
     }
-    __device__ __forceinline__ int t_max() const { return ((kStageBytes - kSlack) / (tv.k_row + tv.v_row)) & ~15; }
-    __device__ __forceinline__ void bind(const stream & ts, int k) {
-        tv.k = ts.k_stage(k);
-        tv.v = ts.v_stage(k);
-    }
-    __device__ __forceinline__ float2 scores(int r0, int hi) const {
-        return tile_scores<NG>(tv, r0, hi, bq, qsum, ex, lane);
-    }
-    __device__ __forceinline__ void values(int r0, int hi, float p0, float p1) {
-        tile_values<MV>(o, bias, tv, r0, hi, p0, p1, sel, ex, lane);
-    }
-    __device__ __forceinline__ void rescale(float alpha) {
-        bias *= alpha;
-#pragma unroll
-        for (int m = 0; m < MV; ++m)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) o[m][k] *= alpha;
-    }
-    // Lane (g, t): head t, channels 16m + 2g (c0 + c1) and 16m + 2g + 1 (c2 + c3), plus the head's
-    // bias, which belongs to every channel (summed over the head's 8 lanes here: all lanes call).
-    __device__ __forceinline__ void store(float * row) const {
-        const int g = lane >> 2;
-        const float b = head_sum(bias);
-#pragma unroll
-        for (int m = 0; m < MV; ++m) {
-            if (m < tv.nv) {
-                row[16 * m + 2 * g] = o[m][0] + o[m][1] + b;
-                row[16 * m + 2 * g + 1] = o[m][2] + o[m][3] + b;
-            }
-        }
-    }
-};
+}
 
 // W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
 template <int W>
 __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
+    constexpr int NG = W / 32, MV = W / 16;
     extern __shared__ uint4 smem[];
-    ragged_mma_block<W, q4_pages<W>>(a, reinterpret_cast<uint8_t *>(smem));
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+
+    rtask t;
+    if (!load_task(a, QH, t)) return;  // uniform
+    t.hd.k_width = min(t.hd.k_width, W);  // the launch checked max_width <= W
+    t.hd.v_width = min(t.hd.v_width, W);
+    const int kw = t.hd.k_width, vw = t.hd.v_width;
+
+    uint32_t bq[2 * NG][2];
+    float qsum;
+    load_q_frags<NG>(a, t, lane, bq, qsum);
+    qstate<MV> st;
+#pragma unroll
+    for (int m = 0; m < MV; ++m)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
+    const uint32_t ex = code_exponents<4>();
+    const uint32_t b = uint32_t(g & 3), sel = b | b << 4 | (4 + b) << 8 | (4 + b) << 12;
+
+    stream ts(a, t, ring + warp * kWarpRingBytes, (kStageBytes - kSlack) / (t.k_row + t.v_row) & ~15);
+    q4_tile tv;
+    tv.k_row = t.k_row, tv.v_row = t.v_row;
+    tv.ng = (kw + 31) / 32, tv.nv = (vw + 15) / 16;
+
+    ts.locate(0);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
+    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
+        ts.wait(k);                        // tile k is in its stage for every lane
+        ts.issue(k + kStages - 1);         // refills tile k - 1's stage
+
+        tv.k = ts.k_stage(k);
+        tv.v = ts.v_stage(k);
+        int lo, hi;
+        ts.rows(k, lo, hi);
+        // Software-pipelined as attn_decode_ragged_mma.cu: the next step's scores are independent of
+        // this step's softmax and values.
+        float2 s = tile_scores<NG>(tv, lo, hi, bq, qsum, ex, lane);
+        for (int r0 = lo; r0 < hi; r0 += 16) {
+            float p0, p1;
+            rescale(st, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
+            float2 next = make_float2(-INFINITY, -INFINITY);
+            if (r0 + 16 < hi) next = tile_scores<NG>(tv, r0 + 16, hi, bq, qsum, ex, lane);
+            tile_values<MV>(st, tv, r0, hi, p0, p1, sel, ex, lane);
+            s = next;
+        }
+    }
+    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+
+    // The warps' states merge through the rings; the bias belongs to every channel.
+    st.l = head_sum(st.l);
+    st.bias = head_sum(st.bias);
+    __syncthreads();  // every warp is done with its ring
+    float * sm = reinterpret_cast<float *>(ring);
+#pragma unroll
+    for (int m = 0; m < MV; ++m) {
+        if (m < tv.nv) {
+            float * dst = sm + (warp * QH + t4) * W + 16 * m + 2 * g;
+            dst[0] = st.o[m][0] + st.o[m][1] + st.bias;
+            dst[1] = st.o[m][2] + st.o[m][3] + st.bias;
+        }
+    }
+    finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
+}
+
+template <int W>
+void launch(context & ctx, const rdecode_args & a, dim3 grid) {
+    KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_q4_mma_kernel<W>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    attn_decode_ragged_q4_mma_kernel<W><<<grid, kRaggedThreads, kSmemBytes, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -232,9 +269,9 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_q4_mma_k
 void launch_attn_decode_ragged_q4_mma(context & ctx, const rdecode_args & a) {
     const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
     if (a.max_width <= 64)
-        launch_ragged_kernel(ctx, attn_decode_ragged_q4_mma_kernel<64>, grid, kSmemBytes, a);
+        launch<64>(ctx, a, grid);
     else
-        launch_ragged_kernel(ctx, attn_decode_ragged_q4_mma_kernel<128>, grid, kSmemBytes, a);
+        launch<128>(ctx, a, grid);
 }
 
 }  // namespace kvcomp::cuda

@@ -45,6 +45,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "decode_common.cuh"
 #include "ragged_common.cuh"
 
 namespace kvcomp::cuda {
@@ -141,6 +142,29 @@ __device__ __forceinline__ void store_ragged_value(const rdecode_args & a, const
         const int64_t row = int64_t(t.task) * a.group + h;
         a.part_o[row * a.max_width + d] = val;
         if (d == 0) a.part_lse[row] = lse2;
+    }
+}
+
+// The end of a tensor-core decode block: lane (g, t) of each warp holds head t's running max m and
+// its sum l (already summed over the head's 8 lanes); the caller has written the warps' outputs to
+// sm (o [warps][QH][W], decode_common.cuh's layout) after a __syncthreads that ended the tile loop.
+// Publishes m and l, then merges the warps per (head, channel) and stores the block's results.
+template <int QH, int W>
+__device__ __forceinline__ void finish_mma_block(const rdecode_args & a, const rtask & t, float * sm, float m, float l) {
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+    float * sm_m = sm + kRaggedWarps * QH * W;
+    float * sm_l = sm_m + kRaggedWarps * QH;
+    if ((lane >> 2) == 0) {
+        sm_m[warp * QH + (lane & 3)] = m;
+        sm_l[warp * QH + (lane & 3)] = l;
+    }
+    __syncthreads();
+    const int vw = t.hd.v_width;
+    for (int idx = int(threadIdx.x); idx < t.nh * vw; idx += kRaggedThreads) {
+        const int i = idx / vw, d = idx % vw;
+        float lse2;
+        const float val = merge_warp_states<QH, W, kRaggedWarps>(sm, i, d, lse2);
+        store_ragged_value(a, t, t.h0 + i, d, val, lse2);
     }
 }
 
@@ -290,15 +314,6 @@ struct tile_stream {
         }
     }
 };
-
-// Enqueues kernel<<<grid, kRaggedThreads, smem>>>(a) after raising its dynamic shared-memory limit
-// (past the 48 KiB default).
-template <typename A>
-void launch_ragged_kernel(context & ctx, void (*kernel)(A), dim3 grid, size_t smem, const A & a) {
-    KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    kernel<<<grid, kRaggedThreads, smem, ctx.stream>>>(a);
-    KVCOMP_CUDA_CHECK_LAUNCH();
-}
 
 // The kernel arguments of an attn_decode_ragged op (f16 or 4-bit pages; attn_decode_ragged.cu).
 rdecode_args ragged_decode_args(const op_desc & op);
