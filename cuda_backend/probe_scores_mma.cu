@@ -21,14 +21,18 @@
 //       keeps the B fragments of its 2 row tiles in registers and walks the 16-key tiles of its
 //       rows' requests; per lane an online (max, sum) of rows 2t and 2t + 1 over keys g and
 //       g + 8; the 8 lanes of a row are combined with a fixed butterfly at the end.
+//   probe_rowmeta_kernel  per KV head and row: the probe's position and log2-denominator, in row
+//       order, so the scores kernel copies them with the rows' fragments.
 //   probe_scores_mma_kernel one block per (KV head, 128 keys): each warp keeps the A fragments of
-//       its 32 keys (two 16-key tiles) and walks the row tiles of its keys' requests, adding
-//       exp2(s - lse2) of keys g and g + 8 of each tile against rows 2t and 2t + 1 per lane; the 4
-//       lanes of a key are summed with a fixed butterfly at the end.
-// Both walks are software-pipelined per warp: the next tile's operands load during this tile's
-// mma. (Staging the streamed operand through shared memory for the whole block measured slower
-// on the H100 for both kernels, though it cut the lse walk's L2 traffic 5x: the barriers cost
-// more than the traffic at this occupancy.)
+//       its 32 keys (two 16-key tiles) in registers; the block walks the row tiles of its keys'
+//       requests in stages of 8 row tiles that it copies into shared memory (cp.async, double-
+//       buffered, one barrier per stage), and each warp adds exp2(s - lse2) of keys g and g + 8
+//       of each tile against rows 2t and 2t + 1 per lane; the 4 lanes of a key are summed with a
+//       fixed butterfly at the end.
+// The lse walk is software-pipelined per warp: the next tile's operands load during this tile's
+// mma. (Staging its streamed operand through shared memory for the block, one tile per barrier,
+// measured slower on the H100; the scores kernel's stages are 8 tiles, so its barrier is paid per
+// 128 mma per warp, and its L2 traffic for the q fragments is a quarter of per-warp loads.)
 // A 16-key tile / row tile no (key, row) pair of the warp sees is skipped (warp vote). Every sum
 // has a fixed order: results are identical run to run.
 #include <climits>
@@ -49,6 +53,9 @@ constexpr int kLseTilesPerWarp = 2;  // row tiles per warp in the lse kernel
 // with one tile per warp).
 constexpr int kScoreKeyTiles = 2;
 constexpr int kScoreKeys = kWarps * 16 * kScoreKeyTiles;  // keys per block in the scores kernel
+// Scores kernel: row tiles per shared-memory stage (two stages: 33 KiB at head_dim 128). A stage
+// is 64 rows, 128 mma per warp between barriers, long enough to hide the next stage's L2 fetch.
+constexpr int kStageTiles = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Channels c, c + 1 of key i of KV head h (zeros past n_keys).
@@ -239,26 +246,60 @@ __global__ void __launch_bounds__(kThreads) probe_lse_mma_kernel(const probe_arg
         }
 }
 
+// Per KV head h and row r < row_tiles * kRowTile: the row's probe position and log2-denominator
+// (lse * log2 e) as an int2 (pos, bits of l2), so the scores kernel stages them with the rows'
+// fragments. Rows past the last get pos -1: no key position is below 0, so they see nothing.
+__global__ void __launch_bounds__(kThreads) probe_rowmeta_kernel(const probe_args a, int2 * meta, int64_t meta_rows) {
+    const int64_t n = int64_t(a.n_kv_heads) * meta_rows, n_rows = int64_t(a.n_probes) * a.group;
+    for (int64_t idx = blockIdx.x * int64_t(kThreads) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * kThreads) {
+        const int h = int(idx / meta_rows);
+        const int64_t r = idx % meta_rows;
+        int pos = -1;
+        float l2 = 0.0f;
+        if (r < n_rows) {
+            const int p = int(r / a.group), qh = h * a.group + int(r % a.group);
+            pos = a.probe_pos[p];
+            l2 = a.lse_in[int64_t(p) * a.n_q_heads + qh] * kLog2e;
+        }
+        meta[idx] = make_int2(pos, __float_as_int(l2));
+    }
+}
+
+// 2^x with denormal results flushed to zero: one MUFU.EX2 (exp2f adds a range fix-up around it).
+// The flushed terms are below 2^-126 of a column sum that counts at least one weight near 1.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_args a, const uint4 * __restrict__ qf,
+                                                                    const int2 * __restrict__ meta,
                                                                     int64_t row_tiles, const uint4 * __restrict__ kf,
                                                                     int64_t key_tiles) {
     constexpr int KS = D / 16, KT = kScoreKeyTiles;
+    constexpr int kTileChunks = (D / 32) * 32;                  // uint4 of one row tile's fragments
+    constexpr int kMetaChunks = kRowTile * sizeof(int2) / 16;  // uint4 of one row tile's meta
+    __shared__ uint4 stage_q[2][kStageTiles * kTileChunks];
+    __shared__ int4 stage_meta[2][kStageTiles * kMetaChunks];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int64_t key_blocks = (a.n_keys + kScoreKeys - 1) / kScoreKeys;
     const int h = int(blockIdx.x / key_blocks);
-    const int64_t i0 = (blockIdx.x % key_blocks) * kScoreKeys + warp * (16 * KT);  // this warp's keys
+    const int64_t ib0 = (blockIdx.x % key_blocks) * kScoreKeys;  // the block's first key
+    const int64_t i0 = ib0 + warp * (16 * KT);                     // this warp's first key
     // Per 16-key tile m: this lane's keys ia = i0 + 16m + g and ib = ia + 8, their positions and
-    // their requests' probes (none past n_keys).
-    int pa[KT], pb[KT], pa0[KT], pa1[KT], pb0[KT], pb1[KT];
+    // the rows of their requests, [ra0, ra1) and [rb0, rb1) (empty past n_keys).
+    int pa[KT], pb[KT], ra0[KT], ra1[KT], rb0[KT], rb1[KT];
     uint32_t ah[KT][KS][4];
 #pragma unroll
     for (int m = 0; m < KT; ++m) {
         const int64_t ia = i0 + 16 * m + g, ib = ia + 8;
         pa[m] = ia < a.n_keys ? a.key_pos[ia] : 0, pb[m] = ib < a.n_keys ? a.key_pos[ib] : 0;
-        pa0[m] = pa1[m] = pb0[m] = pb1[m] = 0;
-        if (ia < a.n_keys) key_probes(a, ia, &pa0[m], &pa1[m]);
-        if (ib < a.n_keys) key_probes(a, ib, &pb0[m], &pb1[m]);
+        ra0[m] = ra1[m] = rb0[m] = rb1[m] = 0;
+        if (ia < a.n_keys) key_probes(a, ia, &ra0[m], &ra1[m]);
+        if (ib < a.n_keys) key_probes(a, ib, &rb0[m], &rb1[m]);
+        ra0[m] *= a.group, ra1[m] *= a.group, rb0[m] *= a.group, rb1[m] *= a.group;
 #pragma unroll
         for (int kk = 0; kk < KS; ++kk) {
             const uint4 f = kf[(int64_t(h) * key_tiles + min((i0 + 16 * m) / 16, key_tiles - 1)) * KS * 32 + kk * 32 + lane];
@@ -266,83 +307,80 @@ __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_
         }
     }
 
-    // The warp's rows: from its first key's request to its last key's (keys are in request order).
-    int rbeg = 0, rend = 0;
-    if (i0 < a.n_keys) {
+    // The block's rows: from its first key's request to its last key's (keys are in request
+    // order), in stages of kStageTiles row tiles that the whole block copies into shared memory
+    // (cp.async, double-buffered: the next stage loads while this one is used). Each row tile's
+    // fragments and meta thus come from L2 once per block, not once per warp.
+    int rt_beg = 0, rt_end = 0;
+    if (ib0 < a.n_keys) {
         int pbeg, pend, unused;
-        key_probes(a, i0, &pbeg, &unused);
-        key_probes(a, min(i0 + 16 * KT, a.n_keys) - 1, &unused, &pend);
-        rbeg = pbeg * a.group, rend = pend * a.group;
+        key_probes(a, ib0, &pbeg, &unused);
+        key_probes(a, min(ib0 + kScoreKeys, a.n_keys) - 1, &unused, &pend);
+        rt_beg = pbeg * a.group / kRowTile, rt_end = (pend * a.group + kRowTile - 1) / kRowTile;
     }
-    const float * lse = a.lse_in;
+    const int n_stages = (rt_end - rt_beg + kStageTiles - 1) / kStageTiles;
+    const uint4 * qsrc = qf + int64_t(h) * row_tiles * kTileChunks;
+    const uint4 * msrc = reinterpret_cast<const uint4 *>(meta + int64_t(h) * row_tiles * kRowTile);
+    auto load_stage = [&](int s) {
+        const int rt = rt_beg + s * kStageTiles, nt = min(kStageTiles, rt_end - rt);
+        const unsigned dq = smem_addr(stage_q[s & 1]), dm = smem_addr(stage_meta[s & 1]);
+        for (int c = threadIdx.x; c < nt * kTileChunks; c += kThreads)
+            cp_async16(dq + 16u * unsigned(c), qsrc + int64_t(rt) * kTileChunks + c, 16);
+        for (int c = threadIdx.x; c < nt * kMetaChunks; c += kThreads)
+            cp_async16(dm + 16u * unsigned(c), msrc + int64_t(rt) * kMetaChunks + c, 16);
+        cp_async_commit();
+    };
     float acc_a[KT], acc_b[KT];
 #pragma unroll
     for (int m = 0; m < KT; ++m) acc_a[m] = acc_b[m] = 0.0f;
-    // Software pipeline: the next row tile's probes, log-denominators and B fragments are loaded
-    // while this tile's mma run. This lane's rows of a tile: 2t and 2t + 1 (p = -1 outside
-    // [rbeg, rend)). Row arithmetic in 32 bits (rows = probes x group < 2^31): a 64-bit division
-    // per row costs dozens of instructions in a walk that is bound by instruction issue.
-    const uint4 * qbase = qf + int64_t(h) * row_tiles * (D / 32) * 32 + lane;
-    auto load_rows = [&](int rt, int (&p)[2], int (&pos)[2], float (&l2)[2], uint4 (&bf)[D / 32]) {
+    if (n_stages > 0) load_stage(0);
+    for (int s = 0; s < n_stages; ++s) {
+        cp_async_wait<0>();
+        __syncthreads();  // stage s is in; every warp is done with stage s - 1, whose buffer s + 1 reuses
+        if (s + 1 < n_stages) load_stage(s + 1);
+        const uint4 * sq = stage_q[s & 1];
+        const int4 * sm = stage_meta[s & 1];
+        const int rt0 = rt_beg + s * kStageTiles, nt = min(kStageTiles, rt_end - rt0);
+#pragma unroll 2
+        for (int j = 0; j < nt; ++j) {
+            // This lane's rows of the tile: 2t and 2t + 1 (columns of the mma's C fragment).
+            const int4 rm = sm[j * kMetaChunks + t];  // pos, l2 of row 2t; pos, l2 of row 2t + 1
+            const int r = (rt0 + j) * kRowTile + 2 * t;
+            const int pos[2] = {rm.x, rm.z};
+            const float l2[2] = {__int_as_float(rm.y), __int_as_float(rm.w)};
+            bool va[KT][2], vb[KT][2], any = false;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int r = rt * kRowTile + 2 * t + e;
-            p[e] = -1, pos[e] = -1, l2[e] = 0.0f;
-            if (r >= rbeg && r < rend) {
-                const int pr = r / a.group;
-                p[e] = pr, pos[e] = a.probe_pos[pr];
-                l2[e] = lse[int64_t(pr) * a.n_q_heads + h * a.group + (r - pr * a.group)] * kLog2e;
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int m = 0; m < KT; ++m) {
+                    va[m][e] = r + e >= ra0[m] && r + e < ra1[m] && pa[m] <= pos[e];
+                    vb[m][e] = r + e >= rb0[m] && r + e < rb1[m] && pb[m] <= pos[e];
+                    any |= va[m][e] || vb[m][e];
+                }
+            if (!__any_sync(full_mask, any)) continue;  // warp-uniform
+            // Per key tile, even and odd k16 steps: 2 KT independent mma chains sharing each B fragment.
+            float sc[KT][4], sl[KT][4];
+#pragma unroll
+            for (int m = 0; m < KT; ++m)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sc[m][e] = sl[m][e] = 0.0f;
+#pragma unroll
+            for (int kp = 0; kp < D / 32; ++kp) {
+                const uint4 v = sq[j * kTileChunks + kp * 32 + lane];
+#pragma unroll
+                for (int m = 0; m < KT; ++m) {
+                    mma_16816(sc[m], ah[m][2 * kp], v.x, v.y);
+                    mma_16816(sl[m], ah[m][2 * kp + 1], v.z, v.w);
+                }
             }
+#pragma unroll
+            for (int m = 0; m < KT; ++m)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {  // sc[m][e]: key 16m + g, row 2t + e; sc[m][2 + e]: key 16m + g + 8
+                    if (va[m][e]) acc_a[m] += exp2_ftz(sc[m][e] + sl[m][e] - l2[e]);
+                    if (vb[m][e]) acc_b[m] += exp2_ftz(sc[m][2 + e] + sl[m][2 + e] - l2[e]);
+                }
         }
-        const uint4 * src = qbase + int64_t(rt) * (D / 32) * 32;
-#pragma unroll
-        for (int kp = 0; kp < D / 32; ++kp) bf[kp] = src[kp * 32];
-    };
-    uint4 bf[D / 32];
-    int p[2] = {-1, -1}, pos[2] = {-1, -1};
-    float l2n[2] = {0.0f, 0.0f};
-    int rt = rbeg / kRowTile;
-    if (rt * kRowTile < rend) load_rows(rt, p, pos, l2n, bf);
-    for (; rt * kRowTile < rend; ++rt) {
-        bool va[KT][2], vb[KT][2], any = false;
-        float l2[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            l2[e] = l2n[e];
-#pragma unroll
-            for (int m = 0; m < KT; ++m) {
-                va[m][e] = p[e] >= pa0[m] && p[e] < pa1[m] && pa[m] <= pos[e];
-                vb[m][e] = p[e] >= pb0[m] && p[e] < pb1[m] && pb[m] <= pos[e];
-                any |= va[m][e] || vb[m][e];
-            }
-        }
-        uint4 cur[D / 32];
-#pragma unroll
-        for (int kp = 0; kp < D / 32; ++kp) cur[kp] = bf[kp];
-        if ((rt + 1) * kRowTile < rend) load_rows(rt + 1, p, pos, l2n, bf);
-        if (!__any_sync(full_mask, any)) continue;  // warp-uniform
-        // Per key tile, even and odd k16 steps: 2 KT independent mma chains sharing each B fragment.
-        float s[KT][4], sl[KT][4];
-#pragma unroll
-        for (int m = 0; m < KT; ++m)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[m][e] = sl[m][e] = 0.0f;
-#pragma unroll
-        for (int kp = 0; kp < D / 32; ++kp) {
-            const uint4 v = cur[kp];
-#pragma unroll
-            for (int m = 0; m < KT; ++m) {
-                mma_16816(s[m], ah[m][2 * kp], v.x, v.y);
-                mma_16816(sl[m], ah[m][2 * kp + 1], v.z, v.w);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < KT; ++m)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {  // s[m][e]: key 16m + g, row 2t + e; s[m][2 + e]: key 16m + g + 8
-                if (va[m][e]) acc_a[m] += exp2f(s[m][e] + sl[m][e] - l2[e]);
-                if (vb[m][e]) acc_b[m] += exp2f(s[m][2 + e] + sl[m][2 + e] - l2[e]);
-            }
     }
 #pragma unroll
     for (int m = 0; m < KT; ++m) {
@@ -366,13 +404,16 @@ void launch(context & ctx, const TK * k, probe_args a) {
     const int64_t n_rows = int64_t(a.n_probes) * a.group;
     const int64_t row_tiles = std::max<int64_t>((n_rows + kRowTile - 1) / kRowTile, 1);
     const int64_t key_tiles = std::max<int64_t>((a.n_keys + 15) / 16, 1);
-    // Workspace: lse | q fragments | k fragments (each 16-byte aligned).
+    // Workspace: lse | q fragments | k fragments | row meta (each 16-byte aligned).
     const size_t lse_bytes = (size_t(a.n_probes) * a.n_q_heads * sizeof(float) + 15) / 16 * 16;
     const size_t qf_bytes = size_t(a.n_kv_heads) * size_t(row_tiles) * (D / 32) * 32 * sizeof(uint4);
     const size_t kf_bytes = size_t(a.n_kv_heads) * size_t(key_tiles) * KS * 32 * sizeof(uint4);
-    uint8_t * ws = static_cast<uint8_t *>(ctx.workspace(lse_bytes + qf_bytes + kf_bytes));
+    const int64_t meta_rows = row_tiles * kRowTile;
+    const size_t meta_bytes = size_t(a.n_kv_heads) * size_t(meta_rows) * sizeof(int2);
+    uint8_t * ws = static_cast<uint8_t *>(ctx.workspace(lse_bytes + qf_bytes + kf_bytes + meta_bytes));
     uint4 * qf = reinterpret_cast<uint4 *>(ws + lse_bytes);
     uint4 * kf = reinterpret_cast<uint4 *>(ws + lse_bytes + qf_bytes);
+    int2 * meta = reinterpret_cast<int2 *>(ws + lse_bytes + qf_bytes + kf_bytes);
     const int64_t n_q = int64_t(a.n_kv_heads) * row_tiles * (D / 32) * 32;
     probe_qfrag_kernel<D><<<grid_stride_blocks(n_q, kThreads, ctx), kThreads, 0, ctx.stream>>>(a, qf, row_tiles);
     KVCOMP_CUDA_CHECK_LAUNCH();
@@ -389,7 +430,12 @@ void launch(context & ctx, const TK * k, probe_args a) {
     // With no probes the scores are zeros, written by the same kernel (its row loop is empty).
     const int64_t blocks = a.n_kv_heads * ((a.n_keys + kScoreKeys - 1) / kScoreKeys);
     if (blocks == 0) return;
-    probe_scores_mma_kernel<D><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(a, qf, row_tiles, kf, key_tiles);
+    if (n_rows > 0) {
+        const int64_t n_meta = int64_t(a.n_kv_heads) * meta_rows;
+        probe_rowmeta_kernel<<<grid_stride_blocks(n_meta, kThreads, ctx), kThreads, 0, ctx.stream>>>(a, meta, meta_rows);
+        KVCOMP_CUDA_CHECK_LAUNCH();
+    }
+    probe_scores_mma_kernel<D><<<unsigned(blocks), kThreads, 0, ctx.stream>>>(a, qf, meta, row_tiles, kf, key_tiles);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
