@@ -18,7 +18,7 @@
 //       3. work-item i accumulates p * v for latent features i, i + NT, ... (coalesced rows).
 //     Outputs and partials as attn_decode_ragged.cl. NDRange: local (NT), global (NT * n_tasks).
 //   the merge: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl).
-//     NDRange: global (>= MW, n_kv_heads * G, batch).
+//     NDRange: local (WG), global (WG, n_kv_heads * G, batch): one work-group per (request, query head).
 // Layout: q f32 [batch, n_kv_heads * G, HD] (post-RoPE); k_pages, v_pages f16 ragged (latents);
 //   heads, schedule, merge as attn_decode_ragged; aux f32: B_c [k_width(c), HD] row-major at
 //   HD * k_offset(c), inv_freq [ROT / 2] at HD * k_total; out f32 [batch, G * v_total]; scratch

@@ -24,7 +24,7 @@
 //     NDRange: local (NT, 1), global (NT * n_tasks, G / GB).
 //   the merge of rows with several tasks: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl,
 //     shared with the q4 pages and attn_decode_palu).
-//     NDRange: global (>= MW, n_kv_heads * G, batch).
+//     NDRange: local (WG), global (WG, n_kv_heads * G, batch): one work-group per (request, query head).
 // Layout: q f32 [batch, G * k_total]; k_pages f16 [n_pages, PAGE_SIZE * k_total] (head c's part
 //   of page p at p * PAGE_SIZE * k_total + PAGE_SIZE * k_offset(c), slot s at + s * k_width(c));
 //   v_pages alike; heads i32 [n_kv_heads, 4]; schedule i32 [n_tasks, 4]; merge i32

@@ -13,10 +13,10 @@
 //          update (running max m in log2 units, rescale alpha);
 //       3. work-item j accumulates p * v^ for channels j, j + NT, ... (ND of them) over the tile.
 //     The only task of its (b, c) writes the normalized output; otherwise the task writes its
-//     unnormalized output and (m, l) to the scratch buffer (kvc_merge_tasks' layout).
+//     unnormalized output and (m, l) to the scratch buffer (attn_decode_ragged.cl's layout).
 //     NDRange: local (NT, 1), global (NT * n_tasks, G).
 //   the merge: kvc_attn_decode_ragged_merge (attn_decode_ragged_merge.cl).
-//     NDRange: global (>= MW, n_kv_heads * G, batch).
+//     NDRange: local (WG), global (WG, n_kv_heads * G, batch): one work-group per (request, query head).
 // Layout: q f32 [batch, G * k_total]; k_pages u8 [n_pages, page_size * k_row_bytes] (head c's rows
 //   at p * page_size * k_row_bytes + page_size * row_offset(c), slot s at + s * row_bytes(k_width(c)),
 //   row_offset = the row sizes of the heads before c); v_pages alike; heads, schedule, merge, out and

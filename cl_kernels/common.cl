@@ -8,8 +8,6 @@
 //     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
-//   - kvc_merge_tasks(): the same merge over a ragged decode task list (attn_decode_ragged,
-//     attn_decode_palu), whose (request, KV head) rows have any number of tasks;
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones.
@@ -88,25 +86,5 @@ inline float kvc_merge_splits(global const float * part, ulong ml_off, ulong hr,
         }
     }
     *log2_den = l > 0.0f ? mx + log2(l) : -INFINITY;
-    return l > 0.0f ? o / l : 0.0f;
-}
-
-// Merge of element d of query head g over the tasks tasks[0 .. n) of one (request, KV head) of the
-// ragged decode ops: task i left its unnormalized output for head g at part[(i * gq + g) * stride +
-// d] and its (running max in log2 units, sum) at part[ml_off + (i * gq + g) * 2]. Returns
-// sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i (0 without tasks).
-inline float kvc_merge_tasks(global const float * part, ulong ml_off, global const int * tasks, int n, int gq,
-                             int stride, int g, int d) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; ++i) mx = fmax(mx, part[ml_off + ((ulong)tasks[i] * gq + g) * 2]);
-    float l = 0.0f, o = 0.0f;
-    if (mx != -INFINITY) {
-        for (int i = 0; i < n; ++i) {
-            const ulong row = (ulong)tasks[i] * gq + g;
-            const float w = exp2(part[ml_off + row * 2] - mx);
-            l += w * part[ml_off + row * 2 + 1];
-            o += w * part[row * stride + d];
-        }
-    }
     return l > 0.0f ? o / l : 0.0f;
 }

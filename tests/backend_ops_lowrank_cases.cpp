@@ -311,6 +311,7 @@ class ragged_decode_case : public test_case {
         lr::decode_schedule_options o;
         o.policy = s.policy;
         o.n_workers = s.workers;
+        o.min_chunk_tokens = s.min_chunk_tokens;
         sched_ = lr::build_decode_schedule(s.lens, s.k_widths, s.v_widths, o);
         const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths), g = s.group;
         add_tensor("q", dtype::f32, {batch_, palu ? n_kv_ * g * s.head_dim : g * kt}, tensor_role::input);
@@ -539,6 +540,16 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
                     rs(kw_odd, vw_odd, 1, {2049, 17, 1}, policy, workers), false));
             }
         add(std::make_unique<ragged_decode_case>(rs({256, 1}, {1, 256}, 4, {300, 257}), false));
+        // The merge on rows of many tasks: short chunks for many workers give the 2600-token request
+        // 200 tasks per KV head (two chunks of the merge's 128-task weights), the 40-token one 4,
+        // next to a 1-task and an empty row; a 200-wide head takes two channels per work-item.
+        {
+            ragged_spec s = rs({24, 40}, {9, 200}, 4, {2600, 1, 0, 40}, P::plain, 400);
+            s.min_chunk_tokens = 8;
+            add(std::make_unique<ragged_decode_case>(s, false));
+            s.bits = 4;
+            add(std::make_unique<ragged_decode_case>(s, false));
+        }
         add(std::make_unique<ragged_decode_case>(rs({16}, {16}, 8, {0, 0}), false));
         // Widths that are multiples of 8 but not 16 (the CUDA tensor-core kernel copies them in
         // 16-byte chunks and must keep the stale half of its last 16-channel step out of the scores).
@@ -609,6 +620,12 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
         {
             ragged_spec s = rs({64, 9}, {64, 9}, 1, {1200, 2}, P::balanced, 4);
             s.head_dim = 64, s.rot_dim = 64, s.style = rope_style::interleaved;
+            add(std::make_unique<ragged_decode_case>(s, true));
+        }
+        {
+            // Many tasks per row for the merge (see the attn_decode_ragged case above): 167 tasks.
+            ragged_spec s = rs({24, 7}, {16, 40}, 4, {1500, 1, 0}, P::plain, 400);
+            s.head_dim = 64, s.rot_dim = 32, s.min_chunk_tokens = 8;
             add(std::make_unique<ragged_decode_case>(s, true));
         }
     }

@@ -23,6 +23,8 @@ struct ragged_spec {
     rope_style style = rope_style::neox;
     int64_t extra_pages = 3;
     int bits = 16;  // kv_append_ragged / attn_decode_ragged pages: 16 (f16) or 4 (core/ragged_q4.h)
+    // The decode schedule's shortest task (decode_schedule_options): small ones give many tasks per row.
+    int64_t min_chunk_tokens = 256;
 };
 
 // attn_decode_ragged (palu = false) or attn_decode_palu over the spec's requests (bench_ops sweeps).
