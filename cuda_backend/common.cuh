@@ -81,6 +81,15 @@ __device__ __forceinline__ float block_max(float v, float * scratch) {
     return warp_max(v);
 }
 
+// 2^x with denormal results flushed to zero: one MUFU.EX2 (exp2f wraps it in a range fix-up of
+// three more instructions). For softmax weights and rescale factors: a weight below 2^-126 of the
+// running max's adds nothing an fp32 sum could keep.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ---- asynchronous copies (sm_80+) ---------------------------------------------------------
 // Per-lane 16-byte copy global -> shared. src_bytes = 0 writes zeros without reading global
 // memory (masked tokens); gmem must still be a valid address. Both addresses 16-byte aligned.

@@ -51,9 +51,9 @@ __device__ __forceinline__ float softmax_pair(float & m, float & l, float s0, fl
     mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 16));
     const float m_new = fmaxf(m, mt);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
-    const float alpha = exp2f(m - m_use);
-    p0 = exp2f(s0 - m_use);
-    p1 = exp2f(s1 - m_use);
+    const float alpha = exp2_ftz(m - m_use);
+    p0 = exp2_ftz(s0 - m_use);
+    p1 = exp2_ftz(s1 - m_use);
     l = l * alpha + (p0 + p1);
     m = m_new;
     return alpha;

@@ -265,14 +265,6 @@ __global__ void __launch_bounds__(kThreads) probe_rowmeta_kernel(const probe_arg
     }
 }
 
-// 2^x with denormal results flushed to zero: one MUFU.EX2 (exp2f adds a range fix-up around it).
-// The flushed terms are below 2^-126 of a column sum that counts at least one weight near 1.
-__device__ __forceinline__ float exp2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 template <int D>
 __global__ void __launch_bounds__(kThreads) probe_scores_mma_kernel(const probe_args a, const uint4 * __restrict__ qf,
                                                                     const int2 * __restrict__ meta,

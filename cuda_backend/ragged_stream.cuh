@@ -19,9 +19,9 @@
 // page_size when a page fits the stage's t_max rows, else n_runs = 1 and R = the largest multiple of
 // 8 <= t_max dividing page_size. So base is R-aligned, every run starts at a row of its page that is
 // a multiple of 8 (16-byte aligned for both row formats), and a run is a plain contiguous copy:
-// lane l takes chunks l, l + 32, ... of it (coalesced), and the chunk's place in the stage is its
-// index, plus the padding of the rows before it (one fast division by the chunks per row, PAD
-// only). (The previous copy mapped every chunk of the tile's flat span to its page and row with two
+// lane l takes chunks l, l + 32, ... of it (coalesced) and puts them at the same place in the
+// stage; with PAD, lane l takes one chunk column of every (32 / chunks per row)-th row instead, so
+// its stage address advances by a constant (plan_rows). (The previous copy mapped every chunk of the tile's flat span to its page and row with two
 // run-time divisions and a shuffle: ~80 instructions per 16 bytes, which made the kernels
 // issue-bound on address arithmetic; Nsight Compute on an H200, 16 x 32K: IMAD 28 % of all
 // instructions, HMMA 1.6 %. One copy-engine transfer per row instead, cp.async.bulk completing on
@@ -183,8 +183,17 @@ struct tile_stream {
     int sk, sv;        // stage row strides (bytes)
     bool vec;          // 16-byte cp.async chunks (else 16-bit element-wise copies)
     int64_t k_head, v_head, k_page, v_page;  // bytes: head c's run in a page, one page
-    fast_divider div_ps;        // token -> page of the request
-    fast_divider row_k, row_v;  // PAD: chunk of a run -> row
+    const uint8_t * k_base;  // head c's run in page 0 (vector path: + page * k_page)
+    const uint8_t * v_base;
+    fast_divider div_ps;  // token -> page of the request
+    // PAD: this lane's part of copying one run of K' rows and of V' rows (plan_rows).
+    struct row_lanes {
+        int src, dst;            // bytes of this lane's first chunk from the run's start: pages, stage
+        int row;                 // its row in the first pass (R: the lane idles)
+        int step;                // rows per pass
+        int src_pass, dst_pass;  // bytes per pass
+    };
+    row_lanes lk, lv;
     int pg_next = 0;
 
     // t_max: the most tokens whose K' and V' rows fit a stage (>= 8); the stream picks T <= t_max.
@@ -217,11 +226,30 @@ struct tile_stream {
         n_mine = n_tiles > warp ? (n_tiles - warp + kRaggedWarps - 1) / kRaggedWarps : 0;
         k_head = int64_t(ps) * t.k_off, v_head = int64_t(ps) * t.v_off;
         k_page = int64_t(ps) * a.k_token_bytes, v_page = int64_t(ps) * a.v_token_bytes;
+        k_base = a.k_pages + k_head, v_base = a.v_pages + v_head;
         div_ps.init(uint32_t(ps));
         if constexpr (PAD) {
-            row_k.init(uint32_t(max(t.k_row / 16, 1)));
-            row_v.init(uint32_t(max(t.v_row / 16, 1)));
+            lk = plan_rows(t.k_row, sk);
+            lv = plan_rows(t.v_row, sv);
         }
+    }
+
+    // PAD, vector path: a run is R rows of row_bytes (a multiple of 16) in the pages, stage rows
+    // `stride` bytes apart. Lane l copies chunk l % cpr of row l / cpr, then the same chunk
+    // `step` = 32 / cpr rows further on, and so on: constant address steps, no per-chunk division
+    // (the chunk-by-chunk mapping with a division per chunk cost ~14 instructions per 16 bytes, 10 %
+    // of the tensor-core kernel's instructions in Nsight Compute on an H200). Lanes past step * cpr
+    // idle: 8 of 32 for cpr = 12, 4 for 14, 2 for 6 and 10, none for powers of two.
+    __device__ __forceinline__ row_lanes plan_rows(int row_bytes, int stride) const {
+        const int cpr = max(row_bytes / 16, 1);
+        row_lanes p;
+        p.step = max(32 / cpr, 1);
+        const int col = lane % cpr;
+        p.row = lane < p.step * cpr ? lane / cpr : R;
+        p.src = p.row * row_bytes + 16 * col;
+        p.dst = p.row * stride + 16 * col;
+        p.src_pass = p.step * row_bytes, p.dst_pass = p.step * stride;
+        return p;
     }
 
     __device__ __forceinline__ int tile_of(int k) const { return warp + k * kRaggedWarps; }
@@ -262,32 +290,31 @@ struct tile_stream {
         __syncwarp();                 // every lane's have; every lane is done with tile k - 1
     }
 
-    // n16 chunks of 16 bytes from src to the stage rows at dst; PAD: a row holds `row` chunks and
-    // is followed by pad bytes.
-    __device__ __forceinline__ void copy_run(unsigned dst, const uint8_t * src, int n16, const fast_divider & row,
-                                             int pad) const {
-        for (int c = lane; c < n16; c += 32) {
-            int x = 16 * c;  // bytes from the run's first row in the stage
-            if constexpr (PAD) x += int(row.div(uint32_t(c))) * pad;
-            cp_async16(dst + unsigned(x), src + 16 * c, 16);
+    // One run from src (its first row in the pages) to the stage at dst: PAD, by rows (plan_rows);
+    // else the run's n16 chunks of 16 bytes as one contiguous span.
+    __device__ __forceinline__ void copy_run(unsigned dst, const uint8_t * src, int n16, const row_lanes & p) const {
+        if constexpr (PAD) {
+            src += p.src, dst += unsigned(p.dst);
+            for (int r = p.row; r < R; r += p.step, src += p.src_pass, dst += unsigned(p.dst_pass))
+                cp_async16(dst, src, 16);
+        } else {
+            for (int c = lane; c < n16; c += 32) cp_async16(dst + unsigned(16 * c), src + 16 * c, 16);
         }
     }
 
-    // The runs of tile k (see the banner): each run's page from the lane holding it, then a
-    // contiguous copy of its K' rows and of its V' rows.
+    // The runs of tile k (see the banner): run j is page e0 + j of the request (R = page_size),
+    // or the tile's only run, inside page e0 (R < page_size); its page number from lane j.
     __device__ __forceinline__ void copy_runs(int k, unsigned stage) const {
-        const int A = tile_start(k), ps = a.page_size;
+        const int A = tile_start(k);
         const int e0 = int(div_ps.div(uint32_t(A)));
+        const int o = A - e0 * a.page_size;  // the first run's first row in its page (0 when R = page_size)
         for (int j = 0; j < n_runs; ++j) {  // uniform
-            const int r0 = A + j * R;
-            if (r0 >= t.end) break;
-            const int e = int(div_ps.div(uint32_t(r0)));
-            const int64_t pgn = min(max(__shfl_sync(full_mask, pg_next, (e - e0) & 31), 0), a.n_pages - 1);
-            const int64_t o = r0 - e * ps;  // the run's first row in its page
-            copy_run(stage + unsigned(j * R * sk), a.k_pages + pgn * k_page + k_head + o * t.k_row, R * t.k_row / 16, row_k,
-                     sk - t.k_row);
-            copy_run(stage + unsigned(T * sk + j * R * sv), a.v_pages + pgn * v_page + v_head + o * t.v_row, R * t.v_row / 16,
-                     row_v, sv - t.v_row);
+            if (A + j * R >= t.end) break;
+            const uint32_t pgn = uint32_t(min(max(__shfl_sync(full_mask, pg_next, j), 0), a.n_pages - 1));
+            copy_run(stage + unsigned(j * R * sk), k_base + uint64_t(pgn) * uint32_t(k_page) + o * t.k_row,
+                     R * t.k_row / 16, lk);
+            copy_run(stage + unsigned(T * sk + j * R * sv), v_base + uint64_t(pgn) * uint32_t(v_page) + o * t.v_row,
+                     R * t.v_row / 16, lv);
         }
     }
 
