@@ -16,17 +16,30 @@ using json = nlohmann::json;
 
 namespace {
 
+// Defaults of the transformers config class of each architecture (SmolLM3: configuration_smollm3.py,
+// rope theta 2e6 and tied embeddings; the layout of the checkpoint is Llama's).
 struct arch_info {
     model_arch arch;
     const char * class_name;
     const char * model_type;
-    int64_t default_max_positions;  // transformers config class defaults
+    int64_t default_max_positions;
+    double default_rope_theta;
+    bool default_tie_embeddings;
 };
 const arch_info k_archs[] = {
-    {model_arch::llama, "LlamaForCausalLM", "llama", 2048},
-    {model_arch::mistral, "MistralForCausalLM", "mistral", 4096 * 32},
-    {model_arch::qwen2, "Qwen2ForCausalLM", "qwen2", 32768},
+    {model_arch::llama, "LlamaForCausalLM", "llama", 2048, 10000.0, false},
+    {model_arch::mistral, "MistralForCausalLM", "mistral", 4096 * 32, 10000.0, false},
+    {model_arch::qwen2, "Qwen2ForCausalLM", "qwen2", 32768, 10000.0, false},
+    {model_arch::smollm3, "SmolLM3ForCausalLM", "smollm3", 32768, 2000000.0, true},
 };
+
+// "A, B, C" of the supported class names (or model types) for error messages.
+std::string supported_archs(bool model_types) {
+    std::string s;
+    for (const auto & k : k_archs)
+        s += (s.empty() ? "" : ", ") + std::string(model_types ? k.model_type : k.class_name);
+    return s;
+}
 
 // Reads fields of one JSON object, naming the file and the field in every error.
 class reader {
@@ -119,7 +132,69 @@ void parse_rope_scaling(const json & rs, const std::string & source, const char 
     rope.original_max_position_embeddings = r.get_positive("original_max_position_embeddings");
 }
 
+// Which layers apply RoPE, from no_rope_layers or no_rope_layer_interval (model_config::uses_rope).
+// transformers reads the list by layer index and tests it for truth; here an entry must be 0 or 1
+// (or false/true), so a typo such as 2 or "0" is an error instead of a silent "RoPE".
+std::vector<bool> parse_rope_layers(const reader & r, const json & j, int64_t layers) {
+    std::vector<bool> out(static_cast<size_t>(layers), true);
+    if (!r.has("no_rope_layers")) {
+        // transformers computes (l + 1) % interval: 0 would raise there.
+        const int64_t interval = r.get_positive("no_rope_layer_interval", 4);
+        for (int64_t l = 0; l < layers; ++l) out[size_t(l)] = (l + 1) % interval != 0;
+        return out;
+    }
+    const json & v = j["no_rope_layers"];
+    if (!v.is_array())
+        r.fail("no_rope_layers",
+               "must be a list of 0/1 per layer (1 = the layer uses RoPE, 0 = no RoPE), got " + v.dump());
+    if (int64_t(v.size()) < layers)
+        r.fail("no_rope_layers", "has " + std::to_string(v.size()) + " entries, but num_hidden_layers is " +
+                                     std::to_string(layers) + " (one per layer: 1 = RoPE, 0 = no RoPE)");
+    for (size_t l = 0; l < v.size(); ++l) {
+        const json & e = v[l];
+        const bool is_bit =
+            e.is_boolean() || (e.is_number_integer() && (e.get<int64_t>() == 0 || e.get<int64_t>() == 1));
+        if (!is_bit)
+            r.fail("no_rope_layers", "entry " + std::to_string(l) + " is " + e.dump() +
+                                         "; each entry must be 0 (no RoPE) or 1 (RoPE)");
+        if (int64_t(l) < layers) out[l] = e.is_boolean() ? e.get<bool>() : e.get<int64_t>() == 1;
+    }
+    return out;
+}
+
+// SmolLM3's sliding window: transformers gives layer l the window when use_sliding_window is true,
+// sliding_window is set and layer_types[l] is "sliding_attention"; layer_types defaults to
+// "sliding_attention" on the layers without RoPE. Returns the window, or 0 when no layer has one.
+int64_t smollm3_sliding_window(const reader & r, const json & j, const std::vector<bool> & uses_rope) {
+    const bool enabled = r.get_bool("use_sliding_window", false) && r.has("sliding_window");
+    const int64_t layers = int64_t(uses_rope.size());
+    bool any_sliding = false;
+    if (r.has("layer_types")) {
+        const json & t = j["layer_types"];
+        if (!t.is_array() || int64_t(t.size()) != layers)
+            r.fail("layer_types", "must be a list of num_hidden_layers (" + std::to_string(layers) +
+                                      ") strings, got " + t.dump());
+        for (const json & e : t) {
+            const std::string s = e.is_string() ? e.get<std::string>() : e.dump();
+            if (s != "full_attention" && s != "sliding_attention")
+                r.fail(
+                    "layer_types",
+                    "has '" + s + "', which is not supported (supported: full_attention, sliding_attention)");
+            any_sliding = any_sliding || s == "sliding_attention";
+        }
+    } else {
+        for (bool rope : uses_rope) any_sliding = any_sliding || !rope;
+    }
+    return enabled && any_sliding ? r.get_int("sliding_window") : 0;
+}
+
 }  // namespace
+
+bool model_config::all_layers_use_rope() const {
+    for (bool r : uses_rope)
+        if (!r) return false;
+    return true;
+}
 
 const char * model_arch_name(model_arch a) {
     for (const auto & k : k_archs)
@@ -203,15 +278,14 @@ model_config parse_model_config(const std::string & json_text, const std::string
         for (const auto & k : k_archs)
             if (c.architecture == k.class_name) arch = &k;
         if (!arch)
-            KVCOMP_THROW(
-                status::invalid_argument, source, ": field 'architectures' = '", c.architecture,
-                "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+            KVCOMP_THROW(status::invalid_argument, source, ": field 'architectures' = '", c.architecture,
+                         "' is not supported (supported: ", supported_archs(false), ")");
     } else if (!c.model_type.empty()) {
         for (const auto & k : k_archs)
             if (c.model_type == k.model_type) arch = &k;
         if (!arch)
             KVCOMP_THROW(status::invalid_argument, source, ": field 'model_type' = '", c.model_type,
-                         "' is not supported (supported: llama, mistral, qwen2)");
+                         "' is not supported (supported: ", supported_archs(true), ")");
         c.architecture = arch->class_name;
     } else {
         r.fail("architectures", "is missing (required; or give 'model_type')");
@@ -223,7 +297,10 @@ model_config parse_model_config(const std::string & json_text, const std::string
     c.num_hidden_layers = r.get_positive("num_hidden_layers");
     c.num_attention_heads = r.get_positive("num_attention_heads");
     c.vocab_size = r.get_positive("vocab_size");
-    c.num_key_value_heads = r.get_positive("num_key_value_heads", c.num_attention_heads);
+    if (c.arch == model_arch::smollm3 && !j.contains("num_key_value_heads"))
+        c.num_key_value_heads = 4;  // SmolLM3Config's default; an explicit null means "heads", as below
+    else
+        c.num_key_value_heads = r.get_positive("num_key_value_heads", c.num_attention_heads);
     if (r.has("head_dim")) {
         c.head_dim = r.get_positive("head_dim");  // explicit: need not equal hidden / heads (Mistral Nemo)
     } else {
@@ -242,7 +319,7 @@ model_config parse_model_config(const std::string & json_text, const std::string
     if (!(c.rms_norm_eps > 0)) r.fail("rms_norm_eps", "must be positive, got " + j["rms_norm_eps"].dump());
 
     // RoPE: rope_theta + rope_scaling, or transformers v5's combined "rope_parameters".
-    c.rope.theta = r.get_double("rope_theta", 10000.0);
+    c.rope.theta = r.get_double("rope_theta", arch->default_rope_theta);
     if (r.has("rope_parameters") && !r.has("rope_scaling")) {
         const json & rp = j["rope_parameters"];
         if (rp.is_object() && rp.contains("rope_theta") && !rp["rope_theta"].is_null()) {
@@ -260,7 +337,20 @@ model_config parse_model_config(const std::string & json_text, const std::string
         KVCOMP_THROW(e.code(), source, ": ", e.what());
     }
 
-    c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+    c.tie_word_embeddings = r.get_bool("tie_word_embeddings", arch->default_tie_embeddings);
+    c.uses_rope.assign(size_t(c.num_hidden_layers), true);
+    if (c.arch == model_arch::smollm3 || r.has("no_rope_layers"))
+        c.uses_rope = parse_rope_layers(r, j, c.num_hidden_layers);
+    if (c.arch != model_arch::smollm3 && !c.all_layers_use_rope()) {
+        // Llama / Mistral / Qwen2 in transformers rotate every layer and never read this field:
+        // honouring it would run another model than the checkpoint's (and than the HF oracle's).
+        int64_t first = 0;
+        while (c.uses_rope[size_t(first)]) ++first;
+        r.fail("no_rope_layers", "marks layer " + std::to_string(first) + " as without RoPE, but " +
+                                     c.architecture +
+                                     " applies RoPE on every layer (transformers ignores this field there); "
+                                     "layers without RoPE are read for SmolLM3ForCausalLM only");
+    }
     if (c.arch == model_arch::qwen2) {
         // Qwen2's attention always has q/k/v biases and no o_proj bias; honour an explicit field.
         c.attention_bias = r.get_bool("attention_bias", true);
@@ -285,6 +375,8 @@ model_config parse_model_config(const std::string & json_text, const std::string
     } else if (c.arch == model_arch::qwen2 && r.get_bool("use_sliding_window", false)) {
         c.sliding_window = r.get_int("sliding_window", 4096);
         c.sliding_window_from_layer = r.get_int("max_window_layers", 28);
+    } else if (c.arch == model_arch::smollm3) {
+        c.sliding_window = smollm3_sliding_window(r, j, c.uses_rope);
     }
     if (c.sliding_window < 0) r.fail("sliding_window", "must be non-negative or null");
     return c;

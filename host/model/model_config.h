@@ -1,5 +1,6 @@
-// Hugging Face config.json for the decoder-only architectures kvcomp runs (Llama, Mistral, Qwen2),
-// the tensor names and shapes a checkpoint of that config must hold, and the RoPE frequencies.
+// Hugging Face config.json for the decoder-only architectures kvcomp runs (Llama, Mistral, Qwen2,
+// SmolLM3), the tensor names and shapes a checkpoint of that config must hold, and the RoPE
+// frequencies.
 //
 // Required fields (an error names the missing one): "architectures" (a one-element list; "model_type"
 // alone is accepted as a fallback), hidden_size, intermediate_size, num_hidden_layers,
@@ -10,7 +11,7 @@
 // Errors: io_error when the file cannot be read; invalid_argument (message names the file, the
 // field and the value) for bad JSON, an unknown architecture, a missing required field, a field of
 // the wrong type or out of range, inconsistent head counts, an unsupported rope_scaling type or
-// hidden_act.
+// hidden_act, a no_rope_layers list that is too short or holds anything but 0/1.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@
 
 namespace kvcomp::host {
 
-enum class model_arch { llama, mistral, qwen2 };
+enum class model_arch { llama, mistral, qwen2, smollm3 };
 const char * model_arch_name(model_arch a);  // "LlamaForCausalLM", ...
 
 // RoPE parameters. Position p rotates dimension pair i (0 <= i < head_dim/2, pairs (i, i+head_dim/2)
@@ -45,18 +46,27 @@ struct rope_config {
 struct model_config {
     model_arch arch = model_arch::llama;
     std::string architecture;  // as written, e.g. "Qwen2ForCausalLM"
-    std::string model_type;    // "llama" / "mistral" / "qwen2" ("" when absent)
+    std::string model_type;    // "llama" / "mistral" / "qwen2" / "smollm3" ("" when absent)
     int64_t hidden_size = 0;
     int64_t intermediate_size = 0;
     int64_t num_hidden_layers = 0;
     int64_t num_attention_heads = 0;
-    int64_t num_key_value_heads = 0;  // default num_attention_heads
+    // default num_attention_heads (SmolLM3: 4 when absent, num_attention_heads when null)
+    int64_t num_key_value_heads = 0;
     int64_t head_dim = 0;             // default hidden_size / num_attention_heads
     int64_t vocab_size = 0;
-    int64_t max_position_embeddings = 0;  // default: llama 2048, mistral 131072, qwen2 32768
-    double rms_norm_eps = 1e-6;           // default 1e-6 (all three)
-    rope_config rope;
-    bool tie_word_embeddings = false;  // default false (lm_head.weight then absent/ignored)
+    int64_t max_position_embeddings = 0;  // default: llama 2048, mistral 131072, qwen2/smollm3 32768
+    double rms_norm_eps = 1e-6;           // default 1e-6 (every architecture)
+    rope_config rope;                     // rope_theta default 10000 (SmolLM3: 2e6)
+    // Per layer: whether RoPE rotates that layer's q and k. SmolLM3 reads it from no_rope_layers (a
+    // list of at least num_hidden_layers ints, despite the name 1 = the layer USES RoPE, 0 = it does
+    // not: transformers' `self.use_rope = config.no_rope_layers[layer_idx]`; entries past the last
+    // layer are ignored as transformers ignores them) or, when that is absent or null, builds it from
+    // no_rope_layer_interval (default 4): layer l has no RoPE when (l + 1) % interval == 0. Every
+    // other architecture rotates every layer (see parse_model_config for a no_rope_layers field in
+    // their files). Size num_hidden_layers after parsing.
+    std::vector<bool> uses_rope;
+    bool tie_word_embeddings = false;  // default false, SmolLM3 true (lm_head.weight then absent/ignored)
     // Biases: q/k/v projections (attention_bias; Qwen2 always true unless the file says otherwise)
     // and o_proj (Llama's attention_bias covers o_proj too; Qwen2 has none).
     bool attention_bias = false;
@@ -68,13 +78,18 @@ struct model_config {
     std::vector<int64_t> eos_token_ids;
     // Sliding-window attention: window in tokens, 0 = full attention. Mistral: sliding_window as given
     // (null = 0). Qwen2: sliding_window only when use_sliding_window is true, and then only for layers
-    // >= max_window_layers (recorded in sliding_window_from_layer); Llama: 0.
+    // >= max_window_layers (recorded in sliding_window_from_layer); SmolLM3: sliding_window when
+    // use_sliding_window is true and some layer's layer_types entry is "sliding_attention" (by
+    // default its layers without RoPE); Llama: 0.
     int64_t sliding_window = 0;
     int64_t sliding_window_from_layer = 0;
 
     int64_t q_dim() const { return num_attention_heads * head_dim; }
     int64_t kv_dim() const { return num_key_value_heads * head_dim; }
     int64_t gqa_group() const { return num_attention_heads / num_key_value_heads; }
+    // Whether layer l applies RoPE (true where uses_rope was never filled, e.g. a hand-built config).
+    bool layer_uses_rope(int64_t l) const { return uses_rope.empty() || uses_rope[size_t(l)]; }
+    bool all_layers_use_rope() const;
 };
 
 // Parses config.json text; `source` names the file in messages.

@@ -2,9 +2,10 @@
 // kvcomp calibrate is a thin wrapper; tests call it directly. Digest: research/zack_fdc.md §8.1.
 //
 // Per (layer, KV head) c, with g query heads per KV head:
-//   K basis, zack and fdc: SVD of the post-RoPE [Q_p^{h1}; ...; Q_p^{hg}; K_p^c] over the
-//     calibration tokens (host/lowrank qk_basis, computed from streamed Gram matrices: the capture
-//     method of engine/kv_method_capture.h, running the engine, prefill only, on the chosen backend).
+//   K basis, zack and fdc: SVD of the post-RoPE [Q_p^{h1}; ...; Q_p^{hg}; K_p^c] (unrotated on
+//     layers without RoPE) over the calibration tokens (host/lowrank qk_basis, computed from
+//     streamed Gram matrices: the capture method of engine/kv_method_capture.h, running the engine,
+//     prefill only, on the chosen backend).
 //   V basis, zack: SVD of [V^c; (W_O^{h1})^T; ...; (W_O^{hg})^T] (zack_v_basis, unweighted stack,
 //     §10.5), V captured like K, W_O read from the checkpoint.
 //   V basis, fdc: right singular vectors of W_V^c (fdc_v_basis; "FDC-faithful", §10.9).

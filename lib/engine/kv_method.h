@@ -8,11 +8,13 @@
 //
 // Per step, the engine gives the method the projected and RoPE-rotated q/k/v of every new token
 // (f32, token-major) plus the page-table arrays it built on the host (kv_step). The method appends
-// the new K/V of that layer and writes the attention output.
+// the new K/V of that layer and writes the attention output. On a layer without RoPE
+// (model_config::uses_rope, e.g. SmolLM3's NoPE layers) q and k arrive as the projections made them.
 //
 // Methods that change the attention's projections (ZACK / FDC / Palu fold their bases into W_V and
-// W_O) do so at load time in prepare(), into weights they own, and describe each layer's projections
-// with projection(layer); llama_forward reads that description and sizes its activations by it.
+// W_O, and on layers without RoPE into W_Q and W_K) do so at load time in prepare(), into weights
+// they own, and describe each layer's projections with projection(layer); llama_forward reads that
+// description and sizes its activations by it.
 #pragma once
 
 #include <cstdint>
@@ -40,11 +42,19 @@ struct model_context {
 
 // One layer's attention projections as a method replaced them (kv_method::projection). Weights are
 // [out, in] like model_weights' matrices, in model_weights::matrix_type; biases f32 [out].
+//   q:  q = x W_q^T, q_width values per token (replaces q_proj and its bias; null w_q keeps them);
+//   k:  k = x W_k^T, k_width values per token (replaces k_proj and its bias; null w_k keeps them).
+//       Only on a layer without RoPE: RoPE would have to rotate the full head_dim q and k, which
+//       a replaced projection no longer produces (the forward refuses it otherwise);
 //   v:  v = x W_v^T (+ b_v), v_width values per token (replaces v_proj; null w_v keeps v_proj);
 //   o:  the attention output (o_width values per token) times W_o^T, accumulated into the residual
 //       (replaces o_proj; null w_o keeps o_proj);
 //   k_pre_rope: k reaches attend() before RoPE (the method applies RoPE itself, e.g. Palu).
 struct layer_projection {
+    buffer * w_q = nullptr;
+    int64_t q_width = 0;
+    buffer * w_k = nullptr;
+    int64_t k_width = 0;
     buffer * w_v = nullptr;
     buffer * b_v = nullptr;
     int64_t v_width = 0;
@@ -112,8 +122,9 @@ public:
 
     // Appends this layer's new k/v (f32 [n_tokens, n_kv_heads, head_dim]) and writes attention of
     // q (f32 [n_tokens, n_q_heads, head_dim]) over each request's cached tokens to out (same shape
-    // as q). Scale is 1/sqrt(head_dim) of the model. With a projection(layer), v has v_width values
-    // per token, out o_width, and k is pre-RoPE when k_pre_rope.
+    // as q). Scale is 1/sqrt(head_dim) of the model. With a projection(layer), q has q_width values
+    // per token, k k_width, v v_width, out o_width (each where the method replaced it), and k is
+    // pre-RoPE when k_pre_rope. q and k are rotated only on layers that use RoPE.
     virtual void attend(backend & be, int64_t layer, const kv_step & step, const tensor & q, const tensor & k,
                         const tensor & v, const tensor & out, float scale) = 0;
 

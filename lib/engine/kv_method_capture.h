@@ -3,7 +3,8 @@
 // engine hands it and accumulates per (layer, KV head) Gram matrices on the host, in double:
 //   qk[l * n_kv_heads + c] = sum over tokens of X^T X, X = [Q_p^{h} for the g query heads h of
 //                            group c (h = c*g .. c*g+g-1); K_p^c]  (post-RoPE, §10.8: one basis per
-//                            KV head shared by its GQA group)
+//                            KV head shared by its GQA group; on a layer without RoPE the forward
+//                            hands q and k over as projected, the q and k the folded W_Q / W_K see)
 //   v [l * n_kv_heads + c] = sum over tokens of V^{cT} V^c      (only when with_v; ZACK adds W_O)
 // Every step is captured (prefill and decode); kvcomp calibrate only prefills.
 //

@@ -27,6 +27,7 @@ class lowrank_method : public kv_method {
                          " is not supported (palu stores f16 latents; kv_bits=4 is for zack and fdc)");
         lowrank_choice choice = c_.choice;
         choice.equalize = q4() && c_.equalize;
+        choice.fold_qk = c_.fold_qk;
         plan_ =
             make_lowrank_plan(choice, cfg, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
         if (c_.padded_prefill) add_padded_prefill(plan_, palu_);
@@ -40,11 +41,16 @@ class lowrank_method : public kv_method {
             layer_projection p;
             p.w_v = f.w_v.get(), p.b_v = f.b_v.get(), p.v_width = L.v_total;
             p.w_o = f.w_o.get(), p.o_width = cfg.gqa_group() * L.v_total;
-            p.k_pre_rope = palu_;
+            if (L.fold_qk) {
+                // q' and k' straight from the projections (Lemma 1; the layer has no RoPE).
+                p.w_q = f.w_q.get(), p.q_width = cfg.gqa_group() * L.k_total;
+                p.w_k = f.w_k.get(), p.k_width = L.k_total;
+            }
+            p.k_pre_rope = rebuilds_keys(L);
             proj_.push_back(p);
             weight_bytes_ += f.bytes;
         }
-        release_replaced_weights(be, m.weights);
+        release_replaced_weights(be, m.weights, plan_);
         weight_bytes_ += dev_.bytes();
         // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
         rope_theta_ = float(cfg.rope.theta);
@@ -86,26 +92,42 @@ class lowrank_method : public kv_method {
                 const tensor & v, const tensor & out, float scale) override {
         const lowrank_layer & L = plan_.layers[size_t(layer)];
         const lowrank_device_layer & D = dev_.layers[size_t(layer)];
-        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
-        const int64_t g = nq / nkv;
+        const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
         grow_scratch(be, n);
         const ragged_layout kv = layout(L);
         const tensor kp = pages(*k_[size_t(layer)], L, false), vp = pages(*v_[size_t(layer)], L, true);
 
-        // The cached K: k' = k R_k (post-RoPE, zack/fdc) or the latent k R_k (pre-RoPE, palu).
-        const tensor kc = scratch_f32(0, {n, L.k_total});
-        be.run(make_op(head_project_params{n, nkv, nkv * d, L.k_total, D.bases.numel()},
-                       {k, D.bases, D.k_table}, {kc}));
+        // The cached K: k' = k R_k (post-RoPE, zack/fdc) or the latent k R_k (pre-RoPE, palu); on a
+        // fold_qk layer k is k' already (the folded W_K made it).
+        tensor kc = k;
+        if (!L.fold_qk) {
+            kc = scratch_f32(0, {n, L.k_total});
+            be.run(make_op(head_project_params{n, nkv, nkv * d, L.k_total, D.bases.numel()},
+                           {k, D.bases, D.k_table}, {kc}));
+        }
         be.run(make_op(kv_append_ragged_params{kv, n, s.batch, s.nnz_pages},
                        {kc, v, s.batch_idx, s.positions, s.indptr, s.indices, D.heads}, {kp, vp}));
         if (s.prefill)
             prefill(be, L, D, s, q, kc, v, out, scale);
         else
-            decode(be, layer, L, D, s, q, kp, vp, out, scale, g);
+            decode(be, layer, L, D, s, q, kp, vp, out, scale);
     }
 
   private:
     bool q4() const { return c_.kv_bits == 4; }
+    // Palu's path (cached pre-RoPE latent, keys rebuilt and rotated to attend) on layers with RoPE;
+    // a fold_qk layer attends on q' and the cached k' like zack/fdc.
+    bool rebuilds_keys(const lowrank_layer & L) const { return palu_ && !L.fold_qk; }
+    // q' of `q`: the online projection, or q itself on a fold_qk layer (the folded W_Q made it).
+    tensor project_q(backend & be, const lowrank_layer & L, const lowrank_device_layer & D, const tensor & q,
+                     int64_t n) const {
+        if (L.fold_qk) return q;
+        const int64_t nq = shape_.n_q_heads, d = shape_.head_dim, g = nq / shape_.n_kv_heads;
+        const tensor qa = scratch_f32(1, {n, g * L.k_total});
+        be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
+                       {q, D.bases, D.q_table}, {qa}));
+        return qa;
+    }
     ragged_layout layout(const lowrank_layer & L) const {
         ragged_layout r{shape_.n_pages, shape_.n_kv_heads, shape_.page_size,
                         L.k_total,      L.v_total,         L.max_width};
@@ -147,7 +169,10 @@ class lowrank_method : public kv_method {
         const int64_t g = shape_.n_q_heads / shape_.n_kv_heads, d = shape_.head_dim;
         const int64_t full_kv = shape_.n_kv_heads * d, full_q = shape_.n_q_heads * d;
         const bool pad = c_.padded_prefill;
-        const int64_t q_width = palu_ ? full_kv : pad ? full_q : 0;
+        bool any_fold = false;
+        for (const auto & L : plan_.layers) any_fold = any_fold || L.fold_qk;
+        // Region 1 holds palu's rebuilt keys, or the padded q' of zack/fdc and of fold_qk layers.
+        const int64_t q_width = std::max(palu_ ? full_kv : 0, pad && (!palu_ || any_fold) ? full_q : 0);
         const int64_t bytes[5] = {k_max() * 4, std::max(g * k_max(), q_width) * 4,
                                   (pad || palu_ ? full_kv : k_max()) * 2, (pad ? full_kv : v_max()) * 2,
                                   pad ? full_q * 4 : 0};
@@ -193,12 +218,11 @@ class lowrank_method : public kv_method {
                         const kv_step & s, const tensor & q, const tensor & kc, const tensor & v,
                         const tensor & out, float scale) {
         const int64_t n = s.n_tokens, nq = shape_.n_q_heads, nkv = shape_.n_kv_heads, d = shape_.head_dim;
-        const int64_t g = nq / nkv;
         attn_prefill_ragged_params p;
         p.batch = s.batch, p.n_tokens = n, p.n_q_heads = nq, p.n_kv_heads = nkv, p.v_total = L.v_total;
         p.max_seq_len = s.max_seq_len, p.scale = scale, p.balanced = c_.prefill_balance;
         tensor qa, k16, heads;
-        if (palu_) {
+        if (rebuilds_keys(L)) {
             // Queries stay at the full head_dim.
             const tensor rec = reconstruct_keys(be, L, D, s, kc);
             k16 = scratch_f16(2, {n, nkv * d});
@@ -206,9 +230,7 @@ class lowrank_method : public kv_method {
             qa = q, heads = D.heads_full;
             p.k_total = nkv * d, p.max_width = std::max(L.max_width, d);
         } else {
-            qa = scratch_f32(1, {n, g * L.k_total});
-            be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
-                           {q, D.bases, D.q_table}, {qa}));
+            qa = project_q(be, L, D, q, n);
             k16 = scratch_f16(2, {n, L.k_total});
             be.run(make_op(copy_params{n * L.k_total}, {kc}, {k16}));
             heads = D.heads;
@@ -229,12 +251,14 @@ class lowrank_method : public kv_method {
         const tensor k16 = scratch_f16(2, {n, nkv, d}), v16 = scratch_f16(3, {n, nkv, d});
         const tensor staged = scratch_f32(4, {n, nkv, d});  // padded K, then padded V (f32)
         tensor qa = q;
-        if (palu_) {
+        if (rebuilds_keys(L)) {
             const tensor rec = reconstruct_keys(be, L, D, s, kc);
             be.run(make_op(copy_params{n * nkv * d}, {rec}, {k16}));
         } else {
+            // q_pad_table: q -> padded q' (R_k folded in), or on a fold_qk layer q' -> padded q'.
+            const int64_t q_in = L.fold_qk ? g * L.k_total : nq * d;
             qa = scratch_f32(1, {n, nq, d});
-            be.run(make_op(head_project_params{n, nq, nq * d, nq * d, n_pad}, {q, D.pad_bases, D.q_pad_table},
+            be.run(make_op(head_project_params{n, nq, q_in, nq * d, n_pad}, {q, D.pad_bases, D.q_pad_table},
                            {qa}));
             be.run(make_op(head_project_params{n, nkv, L.k_total, nkv * d, n_pad},
                            {kc, D.pad_bases, D.k_pad_table}, {staged}));
@@ -254,14 +278,14 @@ class lowrank_method : public kv_method {
 
     void decode(backend & be, int64_t layer, const lowrank_layer & L, const lowrank_device_layer & D,
                 const kv_step & s, const tensor & q, const tensor & kp, const tensor & vp, const tensor & out,
-                float scale, int64_t g) {
+                float scale) {
         if (layer == 0) build_schedules(be, s);
         const step_schedule & sc = sched_[size_t(layer)];
         const tensor schedule = make_tensor(sched_buf_.get(), dtype::i32,
                                             {std::max<int64_t>(sc.n_tasks, 1) * 4}, sc.schedule_at * 4);
         const tensor merge = make_tensor(sched_buf_.get(), dtype::i32,
                                          {s.batch * shape_.n_kv_heads + 1 + sc.n_tasks}, sc.merge_at * 4);
-        if (palu_) {
+        if (rebuilds_keys(L)) {
             attn_decode_palu_params p;
             p.kv = layout(L), p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
             p.rot_dim = shape_.head_dim, p.nnz_pages = s.nnz_pages, p.max_seq_len = s.max_seq_len;
@@ -271,10 +295,8 @@ class lowrank_method : public kv_method {
                            {out}));
             return;
         }
-        const int64_t n = s.n_tokens, nq = shape_.n_q_heads, d = shape_.head_dim;
-        const tensor qa = scratch_f32(1, {n, g * L.k_total});
-        be.run(make_op(head_project_params{n, nq, nq * d, g * L.k_total, D.bases.numel()},
-                       {q, D.bases, D.q_table}, {qa}));
+        const int64_t nq = shape_.n_q_heads;
+        const tensor qa = project_q(be, L, D, q, s.n_tokens);
         attn_decode_ragged_params p;
         p.kv = layout(L), p.batch = s.batch, p.n_q_heads = nq, p.nnz_pages = s.nnz_pages;
         p.max_seq_len = s.max_seq_len, p.n_tasks = sc.n_tasks, p.scale = scale;

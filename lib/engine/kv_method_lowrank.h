@@ -13,6 +13,13 @@
 //   palu: k arrives pre-RoPE; the cached latent is k R_k^c; prefill reconstructs latent R_k^cT,
 //     applies RoPE and attends at the full head_dim; decode is attn_decode_palu (reconstruction and
 //     RoPE of every cached key inside the kernel; aux = R_k^T per head + the rope frequencies).
+//   Layers without RoPE (SmolLM3's NoPE layers; option fold_qk=1, the default): the fully folded
+//     mode of ZACK's Lemma 1 for all three methods. R_k goes into W_Q and W_K at load
+//     (lowrank_device.h), so q' and k' come out of the projection GEMMs and no head_project runs on
+//     them; attention as zack/fdc above (palu too: its cached latent is the same k R_k, and the
+//     reconstruction R_k^T folds into W_Q, as Palu does without RoPE). Exact for the same reason
+//     the online projection is (lowrank_layout.h, lowrank_layer::fold_qk). fold_qk=0 keeps the online
+//     projection of zack/fdc there (palu refuses it on such a model).
 // Prefill (option prefill=padded|ragged):
 //   padded (default): every head zero-padded to head_dim with head_project (q' with the padding
 //     folded into its basis; k', v' with [I_w | 0]) and the standard attn_prefill (CUDA's tensor-core
@@ -57,6 +64,8 @@ struct lowrank_method_config {
     // head (core/ragged_q4.h), the bases folded with the channel equalization D (see the top).
     int kv_bits = 16;
     bool equalize = true;  // kv_bits=4: fold the channel equalization D (off: D = 1, an ablation)
+    // Layers without RoPE: fold R_k into W_Q / W_K (lowrank_choice::fold_qk, copied into it).
+    bool fold_qk = true;
 };
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);

@@ -16,6 +16,10 @@
 //                        CUDA kernels compiled, not yet run on a GPU.
 //   equalize=1|0         kv_bits=4 only: the channel equalization (1, default) or none (0: the
 //                        rotated basis quantized as it is; an ablation)
+//   fold_qk=1|0          layers without RoPE (SmolLM3): 1 (default) folds R_k into W_Q and W_K at
+//                        load (ZACK Lemma 1; no online projection of q and k there); 0 keeps the
+//                        online projection (zack/fdc; same attention up to rounding; palu refuses
+//                        0 on a model with such layers). No effect on a model whose layers all use RoPE.
 #include <string>
 
 #include "engine/kv_method_lowrank.h"
@@ -43,6 +47,7 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
     const bool equalize_given = r.has("equalize");
     c.equalize = r.integer("equalize", 1, 0, 1) == 1;
+    c.fold_qk = r.integer("fold_qk", 1, 0, 1) == 1;
     r.finish();
     KVCOMP_CHECK_ARG(!equalize_given || c.kv_bits == 4, "method ", name,
                      ": option equalize only applies with kv_bits=4");

@@ -17,16 +17,19 @@ void llama_forward::reserve(const kv_method & method, int64_t n, int64_t r) {
     if (n <= cap_tokens_ && r <= cap_rows_) return;
     cap_tokens_ = std::max(n, cap_tokens_);
     cap_rows_ = std::max(r, cap_rows_);
-    // V and the attention output take the widest of the model's and the method's widths.
-    int64_t v_width = cfg_.kv_dim(), o_width = cfg_.q_dim();
+    // Q, K, V and the attention output take the widest of the model's and the method's widths.
+    int64_t q_width = cfg_.q_dim(), k_width = cfg_.kv_dim(), v_width = cfg_.kv_dim(), o_width = cfg_.q_dim();
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
         if (const layer_projection * p = method.projection(l)) {
+            if (p->w_q) q_width = std::max(q_width, p->q_width);
+            if (p->w_k) k_width = std::max(k_width, p->k_width);
             if (p->w_v) v_width = std::max(v_width, p->v_width);
             if (p->w_o) o_width = std::max(o_width, p->o_width);
         }
     const int64_t widest = std::max({cfg_.hidden_size, o_width, cfg_.intermediate_size});
-    const int64_t sizes[N_ACT] = {cfg_.hidden_size, cfg_.hidden_size, cfg_.q_dim(), cfg_.kv_dim(), v_width,
-                                  o_width, cfg_.intermediate_size, cfg_.intermediate_size, 0, 0, widest};
+    const int64_t sizes[N_ACT] = {
+        cfg_.hidden_size,       cfg_.hidden_size,       q_width, k_width, v_width, o_width,
+        cfg_.intermediate_size, cfg_.intermediate_size, 0,       0,       widest};
     for (size_t i = 0; i < N_ACT; ++i) {
         const int64_t elems = i == LAST ? cap_rows_ * cfg_.hidden_size
                               : i == LOGITS ? cap_rows_ * cfg_.vocab_size
@@ -99,7 +102,6 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
     const int64_t Hd = cfg_.hidden_size, hd = cfg_.head_dim, nq = cfg_.num_attention_heads,
                   nkv = cfg_.num_key_value_heads, I = cfg_.intermediate_size;
     const tensor x = act(X, {n, Hd}), h = act(H, {n, Hd});
-    const tensor q = act(Q, {n, nq, hd}), k = act(K, {n, nkv, hd});
     const tensor gate = act(GATE, {n, I}), up = act(UP, {n, I});
     const float scale = float(1.0 / std::sqrt(double(hd)));
 
@@ -115,22 +117,40 @@ tensor llama_forward::run(kv_method & method, const step_inputs & s) {
         be_.run(make_op(rms_norm_params{n, Hd, float(cfg_.rms_norm_eps)},
                         {x, make_tensor(L.attn_norm.get(), dtype::f32, {Hd})}, {h}));
         const layer_projection * proj = method.projection(l);
+        const bool own_q = proj && proj->w_q, own_k = proj && proj->w_k;
         const bool own_v = proj && proj->w_v, own_o = proj && proj->w_o;
+        const bool rope = cfg_.layer_uses_rope(l);
+        // A replaced q or k projection (a basis folded into W_Q / W_K) is exact only where no RoPE
+        // sits between the projection and attention: RoPE rotates by position, the basis does not
+        // commute with it (kv_method.h, layer_projection).
+        KVCOMP_CHECK_ARG(!rope || !(own_q || own_k), "forward: method ", method.name(),
+                         " replaced the q/k projection of layer ", l, ", which applies RoPE");
+        const int64_t q_width = own_q ? proj->q_width : nq * hd, k_width = own_k ? proj->k_width : nkv * hd;
         const int64_t v_width = own_v ? proj->v_width : nkv * hd, o_width = own_o ? proj->o_width : nq * hd;
+        const tensor q = own_q ? act(Q, {n, q_width}) : act(Q, {n, nq, hd});
+        const tensor k = own_k ? act(K, {n, k_width}) : act(K, {n, nkv, hd});
         const tensor v = own_v ? act(V, {n, v_width}) : act(V, {n, nkv, hd});
         const tensor att = own_o ? act(ATT, {n, o_width}) : act(ATT, {n, nq, hd});
         const tensor hin = matmul_input(h);
-        linear(hin, *L.wq, L.bq.get(), nq * hd, Hd, q, n, false);
-        linear(hin, *L.wk, L.bk.get(), nkv * hd, Hd, k, n, false);
+        if (own_q)
+            linear(hin, *proj->w_q, nullptr, q_width, Hd, q, n, false);
+        else
+            linear(hin, *L.wq, L.bq.get(), q_width, Hd, q, n, false);
+        if (own_k)
+            linear(hin, *proj->w_k, nullptr, k_width, Hd, k, n, false);
+        else
+            linear(hin, *L.wk, L.bk.get(), k_width, Hd, k, n, false);
         if (own_v)
             linear(hin, *proj->w_v, proj->b_v, v_width, Hd, v, n, false);
         else
             linear(hin, *L.wv, L.bv.get(), v_width, Hd, v, n, false);
-        rp.n_heads = nq;
-        be_.run(make_op(rp, {q, view(pos), ff}, {q}));
-        if (!(proj && proj->k_pre_rope)) {
-            rp.n_heads = nkv;
-            be_.run(make_op(rp, {k, view(pos), ff}, {k}));
+        if (rope) {
+            rp.n_heads = nq;
+            be_.run(make_op(rp, {q, view(pos), ff}, {q}));
+            if (!(proj && proj->k_pre_rope)) {
+                rp.n_heads = nkv;
+                be_.run(make_op(rp, {k, view(pos), ff}, {k}));
+            }
         }
         method.attend(be_, l, ks, q, k, v, att, scale);
         linear(matmul_input(att), own_o ? *proj->w_o : *L.wo, nullptr, Hd, o_width, x, n, true);

@@ -1,12 +1,13 @@
-// One forward pass of a Llama-family decoder (Llama 2/3, Mistral, Qwen2) as a list of op
+// One forward pass of a Llama-family decoder (Llama 2/3, Mistral, Qwen2, SmolLM3) as a list of op
 // descriptors on one backend. The KV cache is reached only through the kv_method.
 //
-// Per layer: rms_norm -> q/k/v projections (+ Qwen2 biases) -> rope(q), rope(k) -> method.attend
+// Per layer: rms_norm -> q/k/v projections (+ Qwen2 biases) -> rope(q), rope(k) (skipped on the
+// layers model_config::uses_rope marks as without RoPE: SmolLM3's NoPE layers) -> method.attend
 // (append + attention) -> o_proj accumulated into the residual (gemm beta = 1) -> rms_norm ->
 // gate/up -> silu_mul -> down_proj accumulated into the residual. After the last layer only the
 // rows whose logits are wanted (the last token of each request) go through the final norm and
-// lm_head. A method's layer_projection (kv_method.h) replaces v_proj / o_proj and their widths, and
-// may ask for k before RoPE.
+// lm_head. A method's layer_projection (kv_method.h) replaces v_proj / o_proj (and, on layers
+// without RoPE, q_proj / k_proj) and their widths, and may ask for k before RoPE.
 #pragma once
 
 #include <cstdint>

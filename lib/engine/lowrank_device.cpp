@@ -22,14 +22,14 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan) {
     };
     struct placed {
         at heads, heads_full, q, k, bv, o, rec, bases, aux;
-        at pad_bases, q_pad, k_pad, v_pad, unpad;
+        at pad_bases, q_pad, k_pad, v_pad, unpad, qk_fold;
     };
     std::vector<placed> where;
     for (const lowrank_layer & L : plan.layers)
         where.push_back({put_i(L.heads), put_i(L.heads_full), put_i(L.q_table), put_i(L.k_table),
                          put_i(L.bv_table), put_i(L.o_table), put_i(L.rec_table), put_f(L.bases),
                          put_f(L.aux), put_f(L.pad_bases), put_i(L.q_pad_table), put_i(L.k_pad_table),
-                         put_i(L.v_pad_table), put_i(L.unpad_table)});
+                         put_i(L.v_pad_table), put_i(L.unpad_table), put_f(L.qk_fold)});
     lowrank_device dev;
     dev.ints = upload_vector(be, ints);
     dev.floats = upload_vector(be, floats);
@@ -48,10 +48,57 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan) {
         d.pad_bases = view(dev.floats.get(), dtype::f32, p.pad_bases);
         d.q_pad_table = view(bi, dtype::i32, p.q_pad), d.k_pad_table = view(bi, dtype::i32, p.k_pad);
         d.v_pad_table = view(bi, dtype::i32, p.v_pad), d.unpad_table = view(bi, dtype::i32, p.unpad);
+        d.qk_fold = view(dev.floats.get(), dtype::f32, p.qk_fold);
         dev.layers.push_back(d);
     }
     return dev;
 }
+
+namespace {
+
+// rows x H f32 products in `prod` rounded once into a new buffer of the weights' type.
+buffer_ptr store_matrix(backend & be, const tensor & prod, dtype mt, int64_t elems) {
+    buffer_ptr out = be.alloc(size_t(elems) * dtype_size(mt));
+    be.run(make_op(copy_params{elems}, {make_tensor(prod.buf, dtype::f32, {elems}, prod.offset)},
+                   {make_tensor(out.get(), mt, {elems})}));
+    return out;
+}
+
+// Lemma 1 on a layer without RoPE: W_K' and W_Q' (lowrank_device.h). The A operands are R^T blocks of
+// qk_fold; each product is [k_c, d] x [d, H], one per KV head (keys) or per query head (queries).
+void fold_qk(backend & be, const host::model_config & cfg, const layer_weights & L, dtype mt,
+             const lowrank_layer & plan, const lowrank_device_layer & dev, const tensor & prod,
+             folded_layer & f) {
+    const size_t es = dtype_size(mt);
+    const int64_t H = cfg.hidden_size, d = cfg.head_dim, nq = cfg.num_attention_heads,
+                  nkv = cfg.num_key_value_heads, g = nq / nkv, kt = plan.k_total;
+    // No architecture kvcomp reads has both q/k biases (Qwen2) and layers without RoPE (SmolLM3),
+    // so a bias here would be folded by code no model exercises: refuse it instead.
+    KVCOMP_CHECK_ARG(!L.bq && !L.bk,
+                     "fold_qk: q/k projection biases on a layer without RoPE are not supported");
+    auto product = [&](buffer & w, int64_t w_row, int64_t a_at, int64_t rows, int64_t out_row) {
+        gemm_params gp;
+        gp.m = rows, gp.n = H, gp.k = d, gp.trans_b = false;
+        const tensor a =
+            make_tensor(dev.qk_fold.buf, dtype::f32, {rows, d}, dev.qk_fold.offset + size_t(a_at) * 4);
+        const tensor b = make_tensor(&w, mt, {d, H}, size_t(w_row * H) * es);
+        const tensor out =
+            make_tensor(prod.buf, dtype::f32, {rows, H}, prod.offset + size_t(out_row * H) * 4);
+        be.run(make_op(gp, {a, b}, {out}));
+    };
+    for (int64_t c = 0; c < nkv; ++c)
+        product(*L.wk, c * d, d * plan.k_off(c), plan.k[size_t(c)], plan.k_off(c));
+    f.w_k = store_matrix(be, prod, mt, kt * H);
+    for (int64_t c = 0; c < nkv; ++c)
+        for (int64_t h = c * g; h < (c + 1) * g; ++h) {
+            const int64_t kc = plan.k[size_t(c)];
+            product(*L.wq, h * d, d * (kt + plan.k_off(c)), kc, g * plan.k_off(c) + (h - c * g) * kc);
+        }
+    f.w_q = store_matrix(be, prod, mt, g * kt * H);
+    f.bytes += f.w_k->size() + f.w_q->size();
+}
+
+}  // namespace
 
 folded_layer fold_layer(backend & be, const host::model_config & cfg, const model_weights & w, int64_t l,
                         const lowrank_layer & plan, const lowrank_device_layer & dev, buffer_ptr & scratch) {
@@ -61,13 +108,17 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
     const int64_t H = cfg.hidden_size, d = cfg.head_dim, nq = cfg.num_attention_heads,
                   nkv = cfg.num_key_value_heads;
     const int64_t g = nq / nkv, vt = plan.v_total, o_in = g * vt;
-    // Scratch: the f32 products (W_V' then W_O') and, for f16 weights, W_O converted to f32.
+    // Scratch: the f32 products (W_V', W_O', and W_K', W_Q' on a fold_qk layer) and, for f16
+    // weights, W_O converted to f32.
     const int64_t wo_f32 = mt == dtype::f32 ? 0 : H * nq * d;
-    const size_t need = size_t(std::max(vt * H, o_in * H) + wo_f32) * 4;
+    const int64_t widest = std::max({vt, o_in, plan.fold_qk ? g * plan.k_total : 0});
+    const size_t need = size_t(widest * H + wo_f32) * 4;
     if (!scratch || scratch->size() < need) scratch = be.alloc(need);
     const int64_t n_basis = dev.bases.numel();
 
     folded_layer f;
+    if (plan.fold_qk)
+        fold_qk(be, cfg, L, mt, plan, dev, make_tensor(scratch.get(), dtype::f32, {widest * H}), f);
     // W_V'^c = R_v^cT W_V^c: one gemm per KV head into the rows of its packed block.
     for (int64_t c = 0; c < nkv; ++c) {
         gemm_params gp;
@@ -92,7 +143,7 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
     // W_O' rows: head_project of every row of W_O (f32) with query head h's R_v.
     tensor wo = make_tensor(L.wo.get(), mt, {H, nq * d});
     if (mt != dtype::f32) {
-        const tensor wo32 = make_tensor(scratch.get(), dtype::f32, {H, nq * d}, size_t(o_in * H) * 4);
+        const tensor wo32 = make_tensor(scratch.get(), dtype::f32, {H, nq * d}, size_t(widest * H) * 4);
         be.run(make_op(copy_params{H * nq * d}, {wo}, {wo32}));
         wo = wo32;
     }
@@ -105,14 +156,19 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
     return f;
 }
 
-void release_replaced_weights(backend & be, model_weights & w) {
+void release_replaced_weights(backend & be, model_weights & w, const lowrank_plan & plan) {
     be.synchronize();  // the folds read these buffers
-    for (layer_weights & L : w.layers)
-        for (buffer_ptr * b : {&L.wv, &L.bv, &L.wo})
-            if (*b) {
-                w.bytes -= std::min<uint64_t>(w.bytes, (*b)->size());
-                b->reset();
-            }
+    auto release = [&](buffer_ptr & b) {
+        if (!b) return;
+        w.bytes -= std::min<uint64_t>(w.bytes, b->size());
+        b.reset();
+    };
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+        layer_weights & L = w.layers[l];
+        for (buffer_ptr * b : {&L.wv, &L.bv, &L.wo}) release(*b);
+        if (plan.layers[l].fold_qk)
+            for (buffer_ptr * b : {&L.wq, &L.wk}) release(*b);
+    }
 }
 
 }  // namespace kvcomp::engine

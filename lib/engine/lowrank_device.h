@@ -9,6 +9,14 @@
 //                                                head h's head_dim columns, out = its packed v_c columns
 // stored in the weights' matrix type (biases f32). Then v' = x W_V'^T comes out compressed and
 // out' W_O'^T = (P V R_v)(R_v^T W_O^T): the rank-v_c approximation of the layer's output.
+//
+// On a fold_qk layer (no RoPE; lowrank_layout.h) the K basis goes into W_Q and W_K too (Lemma 1):
+//   W_K'^c = R_k^cT W_K^c        [k_c, hidden]       gemm, A = qk_fold's key block
+//   W_Q'^h = R_k^c(h)T W_Q^h     [k_c, hidden]       gemm per query head, A = qk_fold's query block,
+//                                                    rows packed as q_table's output (g * k_total)
+// (with the equalization D of kv_bits=4 on the same sides as the online k_table / q_table), so the
+// projection GEMMs give k' and q' directly; the forward skips RoPE there, so nothing is lost. q/k
+// biases are refused there (no supported architecture has them on a layer without RoPE).
 #pragma once
 
 #include <vector>
@@ -22,6 +30,7 @@ namespace kvcomp::engine {
 struct lowrank_device_layer {
     tensor heads, heads_full, q_table, k_table, bv_table, o_table, rec_table;  // i32
     tensor bases, aux;                                                         // f32 (aux: Palu only)
+    tensor qk_fold;  // f32, lowrank_layer::qk_fold (invalid unless the layer is fold_qk)
     // Padded prefill (lowrank_layer::pad_bases and its tables; invalid when not built).
     tensor pad_bases, q_pad_table, k_pad_table, v_pad_table, unpad_table;
 };
@@ -38,6 +47,7 @@ lowrank_device upload_lowrank_plan(backend & be, const lowrank_plan & plan);
 // The folded projections of one layer, owned by the method.
 struct folded_layer {
     buffer_ptr w_v, b_v, w_o;  // b_v null when the model has no V bias
+    buffer_ptr w_q, w_k;       // fold_qk layers only
     uint64_t bytes = 0;
 };
 
@@ -46,7 +56,8 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
                         const lowrank_layer & plan, const lowrank_device_layer & dev, buffer_ptr & scratch);
 
 // After every fold: waits for the device, then frees the model's v_proj, its bias and o_proj in
-// every layer (their bytes leave w.bytes); the folded ones replace them.
-void release_replaced_weights(backend & be, model_weights & w);
+// every layer, and q_proj / k_proj in the plan's fold_qk layers (their bytes leave
+// w.bytes); the folded ones replace them.
+void release_replaced_weights(backend & be, model_weights & w, const lowrank_plan & plan);
 
 }  // namespace kvcomp::engine

@@ -56,11 +56,12 @@ void add_row(std::vector<int32_t> & t, int64_t in_off, int64_t in_w, int64_t bas
 }
 
 lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, int64_t l, int64_t nq,
-                         bool palu, bool equalize, const std::vector<float> & inv_freq) {
+                         bool palu, bool equalize, bool fold_qk, const std::vector<float> & inv_freq) {
     const int64_t nkv = r.num_kv_heads, d = r.head_dim, g = nq / nkv;
     lowrank_layer L;
     L.d = d;
     L.equalized = equalize;
+    L.fold_qk = fold_qk;
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
         L.k.push_back(r.k[i]), L.v.push_back(r.v[i]);
@@ -71,6 +72,7 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
     L.heads_full = hl::ragged_heads_table(std::vector<int64_t>(L.k.size(), d), L.v, max_ragged_width);
     L.bases.assign(size_t(d * (L.k_total + 2 * L.v_total + (equalize ? L.k_total + L.v_total : 0))), 0.0f);
     if (palu) L.aux.assign(size_t(d * L.k_total), 0.0f);
+    if (fold_qk) L.qk_fold.assign(size_t(2 * d * L.k_total), 0.0f);
     for (int64_t c = 0; c < nkv; ++c) {
         const size_t i = size_t(l * nkv + c);
         const hl::head_basis & kb = cal.k[i];
@@ -87,6 +89,11 @@ lowrank_layer make_layer(const hl::calibration & cal, const hl::kv_ranks & r, in
                 L.bases[size_t(L.rq_at(c) + row * kc + j)] =
                     float(x * dk[size_t(j)]);                              // R_k D (aliases without D)
                 if (palu) L.aux[size_t(d * ko + j * d + row)] = float(x);  // R_k^T [k_c, d]
+                if (fold_qk) {
+                    L.qk_fold[size_t(d * ko + j * d + row)] = float(x / dk[size_t(j)]);  // (R_k D^-1)^T
+                    L.qk_fold[size_t(d * (L.k_total + ko) + j * d + row)] =
+                        float(x * dk[size_t(j)]);  // (R_k D)^T
+                }
             }
             for (int64_t j = 0; j < vc; ++j) {
                 const double x = vb.basis[size_t(row * vb.cols + j)];
@@ -124,7 +131,15 @@ void add_padded_layer(lowrank_layer & L, int64_t nq, int64_t nkv, bool palu) {
     b.clear();
     append_zeros(b, d * d);
     for (int64_t i = 0; i < d; ++i) b[size_t(i * d + i)] = 1.0f;  // I_d; rows [0, w) are [I_w | 0]
-    if (!palu) {
+    if (L.fold_qk) {
+        // q' comes from the folded W_Q (packed as q_table's output): pad it like k', with [I_k | 0].
+        for (int64_t c = 0; c < nkv; ++c) {
+            const int64_t kc = L.k[size_t(c)];
+            for (int64_t h = c * g; h < (c + 1) * g; ++h)
+                add_row(L.q_pad_table, g * L.k_off(c) + (h - c * g) * kc, kc, 0, h * d, d);
+            add_row(L.k_pad_table, L.k_off(c), kc, 0, c * d, d);
+        }
+    } else if (!palu) {
         for (int64_t c = 0; c < nkv; ++c) {
             // q' = q R_k^c folded with its padding: R_k^c in the first k_c columns of a d x d block.
             const int64_t kc = L.k[size_t(c)], at = append_zeros(b, d * d);
@@ -184,10 +199,16 @@ lowrank_plan make_lowrank_plan(const lowrank_choice & ch, const host::model_conf
     const bool palu = ch.method == hl::lowrank_method::palu;
     KVCOMP_CHECK_ARG(!(palu && ch.equalize), "method ", m,
                      ": the equalization of kv_bits=4 is for zack/fdc only");
+    for (int64_t l = 0; l < cfg.num_hidden_layers && palu && !ch.fold_qk; ++l)
+        KVCOMP_CHECK_ARG(cfg.layer_uses_rope(l), "method ", m,
+                         ": fold_qk=0 is not supported on a model with layers without RoPE (layer ", l,
+                         "): attn_decode_palu rotates every key it rebuilds; there Palu folds its "
+                         "reconstruction into W_Q (fold_qk=1, the default)");
     const std::vector<float> inv_freq =
         palu ? rope_inv_freq(float(cfg.rope.theta), d, cfg.rope.freq_factors) : std::vector<float>{};
     for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, ch.equalize, inv_freq));
+        p.layers.push_back(make_layer(p.calib, p.ranks, l, nq, palu, ch.equalize,
+                                      ch.fold_qk && !cfg.layer_uses_rope(l), inv_freq));
     return p;
 }
 

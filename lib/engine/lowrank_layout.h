@@ -27,6 +27,10 @@ struct lowrank_choice {
     int64_t rank_multiple = 16;  // rounding of re-chosen ranks
     // kv_bits=4: fold the per-channel equalization D (core/ragged_q4.h) into the bases (zack/fdc).
     bool equalize = false;
+    // On layers without RoPE (model_config::uses_rope), fold the K basis into W_Q and W_K at load
+    // (ZACK's Lemma 1; for palu, Palu's B_K into W_Q): lowrank_layer::fold_qk. false keeps the
+    // online projection there (zack/fdc only; an ablation and the tests' reference).
+    bool fold_qk = true;
 };
 
 // The equalization scale of each basis column from its singular values (core/ragged_q4.h):
@@ -38,6 +42,20 @@ std::vector<double> equalization_scales(const std::vector<double> & sigma, int64
 struct lowrank_layer {
     std::vector<int64_t> k, v;  // K (latent for Palu) and V width of each KV head
     int64_t k_total = 0, v_total = 0, max_width = 0;
+    // Fully folded Q/K (a layer without RoPE and lowrank_choice::fold_qk; ZACK Lemma 1, digest
+    // zack_fdc.md §1.4): W_Q'^h = W_Q^h R_k^c(h) and W_K'^c = W_K^c R_k^c are made at load
+    // (lowrank_device.h), so q' and k' come out of the projection GEMMs in q_table's / k_table's
+    // output layout and no head_project runs on them. Exact because nothing sits between the
+    // projection and attention: q' k'^T = (q R_k)(k R_k)^T = q R_k R_k^T k^T (Lemma 2), the same
+    // product the online projection forms, only without its per-token GEMM. Palu on such a layer
+    // caches the same latent k R_k and attends like zack/fdc: its reconstruction R_k^T would only
+    // be multiplied back into q (Palu's own fold when there is no RoPE).
+    bool fold_qk = false;
+    // fold_qk only, f32 [2 * d * k_total]: the A operands of those GEMMs (W' = R^T W, weights being
+    // [out, in]): (R_k^c D_k^-1)^T [k_c, d] at d*k_offset[c] (keys, as k_table's basis) and
+    // (R_k^c D_k)^T [k_c, d] at d*(k_total + k_offset[c]) (queries, as q_table's); D = 1 unless
+    // equalized.
+    std::vector<float> qk_fold;
     std::vector<int32_t> heads;  // [n_kv_heads, 4] (k_width, k_offset, v_width, v_offset)
     // head_project tables [n_heads, 5] = (in_offset, in_width, basis_offset, out_offset, out_width):
     std::vector<int32_t> q_table;   // zack/fdc: post-RoPE q [nq*d] -> q' [g*k_total] (bases: R_k)
@@ -74,7 +92,8 @@ struct lowrank_layer {
     //   zack/fdc: R_k^c with zero columns past k_c [d, d] at d*d*(1 + c) (q -> padded q' in one op);
     //   then I_w [w, w] for every distinct V width w of the layer (the unpad basis).
     std::vector<float> pad_bases;
-    std::vector<int32_t> q_pad_table;  // zack/fdc: post-RoPE q [nq*d] -> padded q' [nq*d]
+    std::vector<int32_t> q_pad_table;  // zack/fdc: post-RoPE q [nq*d] -> padded q' [nq*d];
+                                       // fold_qk (any method): q' [g*k_total] -> padded q' [nq*d]
     std::vector<int32_t> k_pad_table;  // zack/fdc: k' [k_total] -> padded k' [nkv*d]
     std::vector<int32_t> v_pad_table;  // v' [v_total] -> padded v' [nkv*d]
     std::vector<int32_t> unpad_table;  // attention output [nq*d] -> packed output [g*v_total]
@@ -90,15 +109,18 @@ struct lowrank_plan {
 
 // Reads the calibration (checked against the method, the model's shape and model_hash: a file
 // made for another model or method is invalid_argument naming the file), chooses the ranks and
-// builds every layer. Throws invalid_argument for a rank_multiple outside [1, head_dim], a head
-// wider than max_ragged_width, or a rank above the columns a truncated file stores.
+// builds every layer (fold_qk on the layers without RoPE when choice.fold_qk). Throws
+// invalid_argument for a rank_multiple outside [1, head_dim], a head wider than max_ragged_width, a
+// rank above the columns a truncated file stores, or palu with fold_qk off on a model with a layer
+// without RoPE (attn_decode_palu rotates every key it rebuilds).
 lowrank_plan make_lowrank_plan(const lowrank_choice & choice, const host::model_config & cfg,
                                const std::string & model_hash);
 
 // Builds every layer's padded-prefill tables and bases (lowrank_layer::pad_bases and the *_pad
-// tables): zack/fdc pad q', k' and v', palu (full-width q and keys) only v'. Their f32 bases take
+// tables): zack/fdc pad q', k' and v', palu (full-width q and keys) only v'; a fold_qk layer of any
+// method pads q' (already projected), k' and v' with identities. Their f32 bases take
 // d * d * (1 + n_kv_heads) + sum of (distinct v_c)^2 floats per layer for zack/fdc, d * d + sum of
-// (distinct v_c)^2 for palu; built only when the method serves prefill=padded.
+// (distinct v_c)^2 for palu and for fold_qk layers; built only when the method serves prefill=padded.
 void add_padded_prefill(lowrank_plan & plan, bool palu);
 
 // Per-pair RoPE frequencies exactly as the rope op computes them (lib/cpu/rope.cpp): theta taken as

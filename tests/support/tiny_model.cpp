@@ -32,8 +32,10 @@ std::string scratch_path(const std::string & name) {
 std::string write_tiny_model(const tiny_model_spec & s, const std::string & name) {
     const fs::path dir = scratch_path(name);
     fs::create_directories(dir);
-    nlohmann::json cfg = {{"architectures", {s.qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-                          {"model_type", s.qwen2 ? "qwen2" : "llama"},
+    const char * arch = s.qwen2 ? "Qwen2ForCausalLM" : s.smollm3 ? "SmolLM3ForCausalLM" : "LlamaForCausalLM";
+    const char * model_type = s.qwen2 ? "qwen2" : s.smollm3 ? "smollm3" : "llama";
+    nlohmann::json cfg = {{"architectures", {arch}},
+                          {"model_type", model_type},
                           {"hidden_size", s.hidden},
                           {"intermediate_size", s.intermediate},
                           {"num_hidden_layers", s.layers},
@@ -49,6 +51,7 @@ std::string write_tiny_model(const tiny_model_spec & s, const std::string & name
                           {"bos_token_id", 256},
                           {"eos_token_id", s.eos},
                           {"torch_dtype", "float32"}};
+    if (!s.no_rope_layers.empty()) cfg["no_rope_layers"] = s.no_rope_layers;
     std::ofstream(dir / "config.json") << cfg.dump(2);
 
     const host::model_config mc = host::load_model_config(dir.string());
@@ -156,8 +159,10 @@ std::vector<float> reference_logits(const std::string & dir, const std::vector<i
             add_bias(k, m.at(p + "self_attn.k_proj.bias"));
             add_bias(v, m.at(p + "self_attn.v_proj.bias"));
         }
-        rope(q, nq, hd, c.rope.theta);
-        rope(k, nkv, hd, c.rope.theta);
+        if (c.layer_uses_rope(l)) {
+            rope(q, nq, hd, c.rope.theta);
+            rope(k, nkv, hd, c.rope.theta);
+        }
         if (qkv) qkv->push_back({q, k, v});
         for (auto & row : k)
             for (double & e : row) e = to_half_and_back(e);

@@ -20,6 +20,10 @@ struct tiny_model_spec {
     bool tie_embeddings = false;
     std::string weight_dtype = "F32";  // F32, F16 or BF16 in the file
     bool qwen2 = false;                // Qwen2ForCausalLM: q/k/v projections with biases
+    // SmolLM3ForCausalLM: Llama plus layers without RoPE, written as no_rope_layers (1 = RoPE,
+    // 0 = none) when the list is given, else left to no_rope_layer_interval's default (every 4th).
+    bool smollm3 = false;
+    std::vector<int> no_rope_layers;
     int64_t eos = 257;
     uint64_t seed = 42;
 };
@@ -41,6 +45,7 @@ struct decode_window {
 
 // What attention receives in one layer, in double, token-major: post-RoPE q [tokens][n_q_heads *
 // head_dim], post-RoPE k and v [tokens][n_kv_heads * head_dim] (before the fp16 rounding of the cache).
+// On a layer without RoPE (model_config::uses_rope) q and k are the projections as they are.
 struct reference_qkv {
     std::vector<std::vector<double>> q, k, v;
 };

@@ -60,11 +60,9 @@ double rel_max_diff(const std::vector<double> & a, const std::vector<double> & b
     return num / den;
 }
 
-}  // namespace
-
-TEST(calibrate, capture_matches_none_and_reference_grams) {
-    const test::tiny_model_spec spec;
-    const std::string dir = test::write_tiny_model(spec, "calib_capture");
+// The capture method's logits and Grams on the tiny model of `spec`.
+void check_capture(const test::tiny_model_spec & spec, const std::string & name) {
+    const std::string dir = test::write_tiny_model(spec, name);
     const auto tokens = random_tokens(40, int32_t(spec.vocab), 7);
 
     engine::engine plain(test::tiny_engine_config(dir, "cpu"));
@@ -100,6 +98,23 @@ TEST(calibrate, capture_matches_none_and_reference_grams) {
             EXPECT_LT(rel_max_diff(qk.gram(), want_qk.gram()), 1e-5) << "layer " << l << " head " << c;
             EXPECT_LT(rel_max_diff(v.gram(), want_v.gram()), 1e-5) << "layer " << l << " head " << c;
         }
+}
+
+}  // namespace
+
+TEST(calibrate, capture_matches_none_and_reference_grams) {
+    check_capture(test::tiny_model_spec{}, "calib_capture");
+}
+
+// Layers without RoPE (SmolLM3): the forward skips RoPE there, so capture sees q and k as the
+// projections made them, which is what the reference's rows are on those layers (and what the
+// folded W_Q / W_K of zack/fdc produce).
+TEST(calibrate, capture_on_layers_without_rope_takes_unrotated_q_and_k) {
+    test::tiny_model_spec spec;
+    spec.smollm3 = true;
+    spec.layers = 4;
+    spec.no_rope_layers = {0, 1, 1, 0};
+    check_capture(spec, "calib_capture_norope");
 }
 
 TEST(calibrate, bases_match_direct_svd_and_file_round_trips) {

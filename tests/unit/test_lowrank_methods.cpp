@@ -29,6 +29,7 @@
 #include "support/backends.h"
 #include "support/expect_error.h"
 #include "support/lowrank_engine.h"
+#include "support/lowrank_projected.h"
 #include "support/tiny_model.h"
 
 using namespace kvcomp;
@@ -164,93 +165,10 @@ INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
 
 // --- reduced, uneven ranks against an independent construction -----------------------------------------
 //
-// Attention on q R_k and k R_k equals attention on q and k R_k R_k^T, and folding R_v into W_V / W_O
-// equals replacing v by v R_v R_v^T: so zack / fdc at any ranks are the uncompressed cache fed with
-// post-RoPE k and v projected on the host, and palu is that with k projected before RoPE. The
-// projection below runs on downloaded k / v in double and hands them to method "none"; nothing of
-// the low-rank ops or of their tables is used, so a wrong offset for uneven head widths shows here
-// (at full rank every width is head_dim and any packing looks the same).
-class projected_none : public engine::kv_method {
-  public:
-    // proj_k / proj_v: [layer * n_kv_heads + c] the d x d projector R R^T of that head (row-major).
-    projected_none(std::vector<std::vector<double>> pk, std::vector<std::vector<double>> pv, bool k_pre_rope,
-                   float theta)
-        : pk_(std::move(pk)), pv_(std::move(pv)), inner_(engine::create_kv_method("none", {})) {
-        proj_.k_pre_rope = k_pre_rope;
-        theta_ = theta;
-    }
-    std::string name() const override { return "projected_none"; }
-    const engine::layer_projection * projection(int64_t) const override { return &proj_; }
-    void allocate(backend & be, const engine::kv_shape & shape) override {
-        shape_ = shape;
-        inner_->allocate(be, shape);
-    }
-    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
-    void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
-                const tensor & v, const tensor & out, float scale) override {
-        const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
-        const size_t bytes = size_t(n * nkv * d) * 4;
-        if (!buf_ || buf_->size() < 2 * bytes) buf_ = be.alloc(2 * bytes);
-        const tensor kt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d});
-        const tensor vt = make_tensor(buf_.get(), dtype::f32, {n, nkv, d}, bytes);
-        project(be, k, kt, pk_, layer);
-        project(be, v, vt, pv_, layer);
-        if (proj_.k_pre_rope) {
-            rope_params rp;
-            rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = theta_;
-            be.run(make_op(rp, {kt, s.positions, tensor{}}, {kt}));
-        }
-        inner_->attend(be, layer, s, q, kt, vt, out, scale);
-    }
-
-  private:
-    void project(backend & be, const tensor & x, const tensor & y, const std::vector<std::vector<double>> & p,
-                 int64_t layer) {
-        const int64_t nkv = shape_.n_kv_heads, d = shape_.head_dim, rows = x.numel() / d;
-        std::vector<float> in(static_cast<size_t>(x.numel())), res(in.size());
-        be.download(*x.buf, x.offset, in.data(), in.size() * 4);
-        for (int64_t r = 0; r < rows; ++r) {
-            const auto & P = p[size_t(layer * nkv + r % nkv)];
-            for (int64_t i = 0; i < d; ++i) {
-                double acc = 0;
-                for (int64_t j = 0; j < d; ++j) acc += P[size_t(i * d + j)] * double(in[size_t(r * d + j)]);
-                res[size_t(r * d + i)] = float(acc);
-            }
-        }
-        be.upload(*y.buf, y.offset, res.data(), res.size() * 4);
-    }
-
-    std::vector<std::vector<double>> pk_, pv_;
-    std::unique_ptr<engine::kv_method> inner_;
-    engine::layer_projection proj_;
-    float theta_ = 10000.0f;
-    engine::kv_shape shape_;
-    buffer_ptr buf_;
-};
-
-// R[:, :rank] R[:, :rank]^T of one head.
-std::vector<double> projector(const hl::head_basis & b, int64_t rank) {
-    const int64_t d = int64_t(b.sigma.size());
-    std::vector<double> p(static_cast<size_t>(d * d), 0.0);
-    for (int64_t i = 0; i < d; ++i)
-        for (int64_t j = 0; j < d; ++j)
-            for (int64_t c = 0; c < rank; ++c)
-                p[size_t(i * d + j)] += b.basis[size_t(i * b.cols + c)] * b.basis[size_t(j * b.cols + c)];
-    return p;
-}
-
-// The full calibration file of `method` with ranks set by hand (the method serves a file's ranks as
-// they are): uneven and odd widths per head and side, different in each layer. Returns its path.
-std::string uneven_calib_file(const std::string & method, hl::calibration * out = nullptr) {
-    hl::calibration c = hl::read_calibration(calib_file(method));
-    const std::vector<int64_t> ks = {16, 41, 7, 64}, vs = {33, 8, 64, 20};
-    for (size_t i = 0; i < c.ranks.k.size(); ++i) c.ranks.k[i] = ks[i % 4], c.ranks.v[i] = vs[i % 4];
-    const std::string file = calib_file(method) + ".uneven.safetensors";
-    hl::write_calibration(file, c);
-    if (out) *out = std::move(c);
-    return file;
-}
+// projected_none (support/lowrank_projected.h) runs method "none" on k and v projected on the host
+// with each head's R R^T: nothing of the low-rank ops or of their tables is used, so a wrong offset
+// for uneven head widths shows here (at full rank every width is head_dim and any packing looks the
+// same).
 
 class lowrank_reduced : public ::testing::TestWithParam<std::string> {};
 
@@ -263,18 +181,12 @@ TEST_P(lowrank_reduced, uneven_ranks_equal_none_on_projected_k_and_v) {
     const auto forced = random_tokens(6, 32);
     for (const char * m : {"zack", "fdc", "palu"}) {
         hl::calibration c;
-        const std::string file = uneven_calib_file(m, &c);
-        const hl::kv_ranks & r = c.ranks;
-        std::vector<std::vector<double>> pk, pv;
-        for (size_t i = 0; i < r.k.size(); ++i) {
-            pk.push_back(projector(c.k[i], r.k[i]));
-            pv.push_back(projector(c.v[i], r.v[i]));
-        }
+        const std::string file = uneven_calib_file(m, tiny_dir(), &c);
         const bool palu = std::string(m) == "palu";
         auto ref_cfg = test::tiny_engine_config(tiny_dir(), be);
         ref_cfg.method = "projected_none";
-        ref_cfg.method_factory = [=] {
-            return std::make_unique<projected_none>(pk, pv, palu, float(spec().rope_theta));
+        ref_cfg.method_factory = [=]() -> std::unique_ptr<engine::kv_method> {
+            return projected_reference(c, palu, float(spec().rope_theta));
         };
         engine::engine ref(ref_cfg), lr(config(be, m, {{"calib", file}}));
         const auto want = ref.prompt_logits(prompt);
@@ -302,7 +214,7 @@ TEST_P(lowrank_reduced, padded_and_ragged_prefill_agree) {
                                                      random_tokens(33, 44)};
     const double bound = be == "cpu" ? 1e-10 : 1e-6;
     for (const char * m : {"zack", "fdc", "palu"}) {
-        const std::string file = uneven_calib_file(m);
+        const std::string file = uneven_calib_file(m, tiny_dir());
         engine::engine padded(config(be, m, {{"calib", file}, {"prefill", "padded"}}));
         engine::engine ragged(config(be, m, {{"calib", file}, {"prefill", "ragged"}}));
         EXPECT_LT(test::nmse(padded.prompt_logits(prompt), ragged.prompt_logits(prompt)), bound) << m;
@@ -318,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank_reduced, ::testing::ValuesIn(
 TEST(lowrank_prefill, default_is_padded) {
     const auto prompt = random_tokens(30, 51);
     for (const char * m : {"zack", "fdc", "palu"}) {
-        const std::string file = uneven_calib_file(m);
+        const std::string file = uneven_calib_file(m, tiny_dir());
         engine::engine def(config("cpu", m, {{"calib", file}}));
         engine::engine padded(config("cpu", m, {{"calib", file}, {"prefill", "padded"}}));
         engine::engine ragged(config("cpu", m, {{"calib", file}, {"prefill", "ragged"}}));

@@ -150,9 +150,96 @@ TEST(model_config, defaults_and_architectures) {
     EXPECT_EQ(v5.rope.scaling_type, "llama3");
 }
 
+// SmolLM3 (transformers' configuration_smollm3.py / modeling_smollm3.py): Llama plus per-layer
+// RoPE from no_rope_layers (1 = RoPE, 0 = none) or every no_rope_layer_interval-th layer without.
+TEST(model_config, smollm3_layers_without_rope) {
+    auto smol = [](const std::string & extra) {
+        return R"({"architectures": ["SmolLM3ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+                   "num_hidden_layers": 8, "num_attention_heads": 8, "vocab_size": 40)" +
+               (extra.empty() ? "" : ", " + extra) + "}";
+    };
+    // Absent: the default interval 4 drops RoPE on layers 3 and 7 ((l + 1) % 4 == 0).
+    const model_config d = parse_model_config(smol(""));
+    EXPECT_EQ(d.arch, model_arch::smollm3);
+    EXPECT_EQ(d.uses_rope, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+    EXPECT_FALSE(d.layer_uses_rope(3));
+    EXPECT_FALSE(d.all_layers_use_rope());
+    // SmolLM3Config's other defaults: 4 KV heads when absent, rope_theta 2e6, tied embeddings,
+    // 32768 positions; layout as Llama's (no biases).
+    EXPECT_EQ(d.num_key_value_heads, 4);
+    EXPECT_DOUBLE_EQ(d.rope.theta, 2000000.0);
+    EXPECT_TRUE(d.tie_word_embeddings);
+    EXPECT_EQ(d.max_position_embeddings, 32768);
+    EXPECT_FALSE(d.attention_bias);
+    EXPECT_EQ(d.sliding_window, 0);
+    EXPECT_EQ(parse_model_config(smol(R"("num_key_value_heads": null)")).num_key_value_heads, 8);
+    // An interval, null list = absent; an explicit list wins (entries past the last layer ignored,
+    // as transformers ignores them; booleans read as 0/1).
+    EXPECT_EQ(parse_model_config(smol(R"("no_rope_layer_interval": 2, "no_rope_layers": null)")).uses_rope,
+              (std::vector<bool>{true, false, true, false, true, false, true, false}));
+    EXPECT_EQ(parse_model_config(
+                  smol(R"("no_rope_layers": [0, 1, 1, 1, 1, 1, 1, 0, 0], "no_rope_layer_interval": 3)"))
+                  .uses_rope,
+              (std::vector<bool>{false, true, true, true, true, true, true, false}));
+    EXPECT_EQ(
+        parse_model_config(smol(R"("no_rope_layers": [true, true, false, true, true, true, true, true])"))
+            .uses_rope[2],
+        false);
+    // model_type alone selects it too.
+    EXPECT_EQ(parse_model_config(R"({"model_type": "smollm3", "hidden_size": 8, "intermediate_size": 8,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 8})")
+                  .arch,
+              model_arch::smollm3);
+    // Sliding window: on the layers layer_types marks, by default the NoPE ones.
+    EXPECT_EQ(parse_model_config(smol(R"("use_sliding_window": true, "sliding_window": 32)")).sliding_window,
+              32);
+    EXPECT_EQ(parse_model_config(smol(R"("use_sliding_window": false, "sliding_window": 32)")).sliding_window,
+              0);
+    const std::string all_full = R"("layer_types": ["full_attention", "full_attention", "full_attention",
+        "full_attention", "full_attention", "full_attention", "full_attention", "full_attention"])";
+    EXPECT_EQ(parse_model_config(smol(R"("use_sliding_window": true, "sliding_window": 32, )" + all_full))
+                  .sliding_window,
+              0);
+    // Other architectures rotate every layer; a list of ones is accepted.
+    const model_config l =
+        parse_model_config(small_config("LlamaForCausalLM", R"("no_rope_layers": [1, 1])"));
+    EXPECT_EQ(l.uses_rope, (std::vector<bool>{true, true}));
+    EXPECT_TRUE(parse_model_config(small_config("LlamaForCausalLM", R"("no_rope_layer_interval": 1)"))
+                    .all_layers_use_rope());
+
+    // Errors name the field and the value.
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layers": [1, 1, 1, 0])"), "smol/config.json"); },
+                 status::invalid_argument,
+                 {"smol/config.json", "no_rope_layers", "4 entries", "num_hidden_layers is 8"});
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layers": [1, 1, 2, 1, 1, 1, 1, 0])")); },
+                 status::invalid_argument, {"no_rope_layers", "entry 2 is 2", "0 (no RoPE) or 1 (RoPE)"});
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layers": [1, 1, "0", 1, 1, 1, 1, 0])")); },
+                 status::invalid_argument, {"no_rope_layers", "entry 2 is \"0\""});
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layers": [1, 1, 0.5, 1, 1, 1, 1, 0])")); },
+                 status::invalid_argument, {"no_rope_layers", "entry 2 is 0.5"});
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layers": 4)")); }, status::invalid_argument,
+                 {"no_rope_layers", "must be a list"});
+    expect_error([&] { parse_model_config(smol(R"("no_rope_layer_interval": 0)")); },
+                 status::invalid_argument, {"no_rope_layer_interval", "positive", "0"});
+    expect_error([&] { parse_model_config(smol(R"("layer_types": ["full_attention"])")); },
+                 status::invalid_argument, {"layer_types", "num_hidden_layers (8)"});
+    expect_error(
+        [&] {
+            parse_model_config(
+                smol(R"("layer_types": ["chunked_attention", "full_attention", "full_attention",
+                "full_attention", "full_attention", "full_attention", "full_attention", "full_attention"])"));
+        },
+        status::invalid_argument, {"layer_types", "chunked_attention"});
+    expect_error([] { parse_model_config(small_config("LlamaForCausalLM", R"("no_rope_layers": [1, 0])")); },
+                 status::invalid_argument,
+                 {"no_rope_layers", "layer 1", "LlamaForCausalLM", "SmolLM3ForCausalLM"});
+    expect_error([] { parse_model_config(small_config("MistralForCausalLM", R"("no_rope_layers": [1])")); },
+                 status::invalid_argument, {"no_rope_layers", "1 entries", "num_hidden_layers is 2"});
+}
+
 TEST(model_config, errors_name_field_and_value) {
     expect_error([] { parse_model_config(small_config("GPT2LMHeadModel")); }, status::invalid_argument,
-                 {"architectures", "GPT2LMHeadModel"});
+                 {"architectures", "GPT2LMHeadModel", "SmolLM3ForCausalLM"});
     expect_error(
         [] {
             parse_model_config(R"({"architectures": ["LlamaForCausalLM"], "intermediate_size": 8,

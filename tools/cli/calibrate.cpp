@@ -4,7 +4,8 @@
 //
 // Calibration tokens: zack = the first --tokens tokens of --text-file (default MODEL/heldout.txt,
 // the default model's held-out text) encoded by the model's tokenizer; fdc = --tokens random
-// ordinary vocabulary ids (seeded by --seed); palu = none (weights only). Tokens are cut into
+// ordinary vocabulary ids (seeded by --seed; uniform over the vocabulary when DIR has no
+// tokenizer); palu = none (weights only). Tokens are cut into
 // prompts of at most --chunk tokens (default: the model's context), each starting with the
 // tokenizer's BOS when it has one. --random-weights calibrates the random-weight model of
 // kvcomp bench (the file records a hash of config.json and the weight seed).
@@ -84,7 +85,8 @@ int run_calibrate(int argc, char ** argv) {
         "text-file", po::value<std::string>(), "zack: calibration text (default: MODEL/heldout.txt)")(
         "tokens", po::value<long>()->default_value(8192), "calibration tokens (zack: the text's first N)")(
         "chunk", po::value<long>()->default_value(0), "tokens per prompt (0: the model's context)")(
-        "seed", po::value<unsigned long>()->default_value(1), "fdc: seed of the random token ids")(
+        "seed", po::value<unsigned long>()->default_value(1),
+        "fdc: seed of the random token ids (uniform over the vocabulary when DIR has no tokenizer)")(
         "random-weights", "read only config.json and calibrate the random-weight model kvcomp bench runs "
                           "(with no tokenizer in DIR, zack and fdc draw ids uniformly from the whole vocabulary)")(
         "weight-seed", po::value<unsigned long>()->default_value(1), "seed of --random-weights")(
@@ -133,8 +135,11 @@ int run_calibrate(int argc, char ** argv) {
         KVCOMP_CHECK_ARG(chunk_opt >= 0, "--chunk must be >= 0, got ", chunk_opt);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
         // Random weights carry no language, so text has nothing to teach them: without a tokenizer
-        // both capture methods calibrate on uniform ids (what the speed benchmarks need).
-        if (cfg.method != host::lowrank::lowrank_method::palu && cfg.random_weights && !has_tokenizer(cfg.model_dir)) {
+        // both capture methods calibrate on uniform ids (what the speed benchmarks need). FDC's
+        // tokens are random ids anyway: without a tokenizer to name the special ones, uniform ids
+        // over the whole vocabulary (e.g. a random checkpoint written by transformers).
+        const bool uniform = cfg.method == host::lowrank::lowrank_method::fdc || cfg.random_weights;
+        if (cfg.method != host::lowrank::lowrank_method::palu && uniform && !has_tokenizer(cfg.model_dir)) {
             const auto ids = uniform_token_ids(mc.vocab_size, n, vm["seed"].as<unsigned long>());
             cfg.prompts = engine::chunk_prompts(ids, calibration_chunk(mc, chunk_opt), -1);
         } else if (cfg.method != host::lowrank::lowrank_method::palu) {

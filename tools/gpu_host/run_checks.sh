@@ -1,11 +1,36 @@
 #!/usr/bin/env bash
 # GPU-host visit, part 1: correctness of every backend against the CPU reference, the engine on
-# CUDA and NVIDIA OpenCL, kernel benchmarks with the copy bandwidth of the same run, and the
-# default model against Hugging Face transformers. Expects the build in .carry/bin (see
-# tools/gpu_host/README.md); writes logs and CSVs under $OUT.
+# CUDA and NVIDIA OpenCL, kernel benchmarks with the copy bandwidth of the same run, the default
+# model against Hugging Face transformers, and a random SmolLM3 (layers without RoPE) against
+# transformers (smollm3_oracle below; SMOLLM3_ONLY=1 runs only that). Expects the build in
+# .carry/bin (see tools/gpu_host/README.md); writes logs and CSVs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu_host/env.sh
+
+# SmolLM3 against transformers: a 4-layer random checkpoint written by transformers (hidden 512,
+# 8 heads, 2 KV heads, head_dim 64, no_rope_layers [1, 1, 1, 0] from the default interval), loaded
+# back with AutoModelForCausalLM, fp32 on both sides. Method none on CUDA and NVIDIA OpenCL; then
+# fdc and palu at full rank (removal rate 0), whose layer 3 runs the fully folded mode (R_k in
+# W_Q / W_K, ZACK's Lemma 1), against the same reference (their only difference from none is the
+# rounding of the fp16 cache in another basis).
+smollm3_oracle() {
+  local dir=/tmp/smollm3_4l ref=/tmp/ref_smollm3_float32.safetensors
+  local common=(--backends cuda,$OCL_GPU --weights f32 --max-batch 1 --max-context 512 --reference $ref)
+  step python3 tools/gpu_host/hf_oracle.py --make-random-smollm3 $dir --layers 4
+  step python3 tools/gpu_host/hf_oracle.py --model $dir --dtype float32 --random-tokens 64 --steps 64 --out $ref
+  step $B/kvcomp compare -m $dir "${common[@]}" --max-nmse 1e-5
+  for m in fdc palu; do
+    step $B/kvcomp calibrate -m $dir --method $m --tokens 2048 --removal-rate 0 -b cuda \
+      -o /tmp/calib_smollm3_$m.safetensors
+    step $B/kvcomp compare -m $dir "${common[@]}" --max-nmse 1e-4 --method $m \
+      --method-opt calib=/tmp/calib_smollm3_$m.safetensors
+  done
+}
+if [ "${SMOLLM3_ONLY:-0}" = 1 ]; then
+  smollm3_oracle 2>&1 | tee "$OUT/oracle_smollm3.log"
+  exit 0
+fi
 {
   step nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   step $B/kvcomp info
@@ -28,3 +53,4 @@ source tools/gpu_host/env.sh
       --reference /tmp/ref_default_$dt.safetensors
   done
 } 2>&1 | tee "$OUT/checks.log"
+smollm3_oracle 2>&1 | tee "$OUT/oracle_smollm3.log"
