@@ -44,18 +44,26 @@ __device__ __forceinline__ float head_sum(float v) {
 // Online softmax step for this lane's two scores s0, s1 (log2 units, -inf when masked): updates
 // the running max m (shared by the head's lanes) and this lane's part of the sum l, gives the two
 // weights, and returns the factor the accumulators must be scaled by (1 when the max held).
+// The max is lazy: m moves only when some score of the warp exceeds its head's m by more than
+// kLazyMax, so most steps skip the max over the head's 8 lanes (3 dependent shuffles, ~100 cycles
+// on the step's critical path in kernels bound by such latencies). Weights then reach 2^kLazyMax:
+// the (hi, lo) f16 split keeps their relative precision, and fp32 sums of them lose nothing.
+constexpr float kLazyMax = 8.0f;
 __device__ __forceinline__ float softmax_pair(float & m, float & l, float s0, float s1, float & p0, float & p1) {
+    float alpha = 1.0f;
     float mt = fmaxf(s0, s1);
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 4));
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 8));
-    mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 16));
-    const float m_new = fmaxf(m, mt);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid inf - inf
-    const float alpha = exp2_ftz(m - m_use);
+    if (__any_sync(full_mask, mt > m + kLazyMax)) {  // -inf + kLazyMax: the first finite score
+        mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 4));
+        mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 8));
+        mt = fmaxf(mt, __shfl_xor_sync(full_mask, mt, 16));
+        const float m_new = fmaxf(m, mt);
+        alpha = exp2_ftz(m - (m_new == -INFINITY ? 0.0f : m_new));  // a head with nothing seen yet: 0
+        m = m_new;
+    }
+    const float m_use = m == -INFINITY ? 0.0f : m;
     p0 = exp2_ftz(s0 - m_use);
     p1 = exp2_ftz(s1 - m_use);
     l = l * alpha + (p0 + p1);
-    m = m_new;
     return alpha;
 }
 
