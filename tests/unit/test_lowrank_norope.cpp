@@ -145,9 +145,10 @@ TEST_P(lowrank_norope_online, folded_equals_online_projection) {
             nope_config(backend_, method_, {{"calib", file}, {"prefill", prefill}, {"fold_qk", "0"}}));
         // The folded x (W_Q R) and the online (x W_Q) R are the same sums in another order, in f32:
         // k' differs by f32 roundings, which now and then flip an fp16 rounding of the cache
-        // (measured on the CPU and PoCL: NMSE 1e-12 to 1.5e-10, log-probabilities within 3e-5),
-        // far tighter than the fp16 cache's own error against none (NMSE ~1e-7).
-        expect_same_model(folded, online, 1e-9, 2e-4, method_ + " prefill=" + prefill);
+        // (measured on the CPU and PoCL: NMSE 1e-12 to 1.5e-10, log-probabilities within 3e-5; on
+        // CUDA, whose prefill attention rounds q' to f16 for the tensor cores, 1.2e-9 to 1.6e-9 on
+        // an H200), far tighter than the fp16 cache's own error against none (NMSE ~1e-7).
+        expect_same_model(folded, online, 1e-8, 2e-4, method_ + " prefill=" + prefill);
     }
     // kv_bits=4: the equalization D goes into W_Q' as R_k D and into W_K' as R_k D^-1, as on the
     // online side (a D on the wrong side scales the logits per channel: the prefill, which attends
@@ -156,7 +157,7 @@ TEST_P(lowrank_norope_online, folded_equals_online_projection) {
     engine::engine folded(nope_config(backend_, method_, {{"calib", file}, {"kv_bits", "4"}}));
     engine::engine online(
         nope_config(backend_, method_, {{"calib", file}, {"kv_bits", "4"}, {"fold_qk", "0"}}));
-    expect_same_model(folded, online, 1e-9, 1e-2, method_ + " kv_bits=4");
+    expect_same_model(folded, online, 1e-8, 1e-2, method_ + " kv_bits=4");
 }
 
 INSTANTIATE_TEST_SUITE_P(backends, lowrank_norope_online,
