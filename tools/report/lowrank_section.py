@@ -9,6 +9,9 @@
   bench_ops_lowrank_mma_h200.csv  the tensor-core decodes after their rework on an H200 (f16 and 4-bit pages,
                               fp16 decode of the same run; + _base: the first tensor-core version, an earlier visit)
   bench_lowrank_h200.csv      kvcomp bench on the H200 after that rework (none, fdc, fdc kv_bits=4, palu)
+  bench_ops_lowrank_ocl_h200.csv  the same decodes on NVIDIA's OpenCL driver (H200), fp16 decode of the same run
+  bench_ops_ab_h200.csv       one visit timing three binaries interleaved, two runs each (the commits before and
+                              after this session's decode changes), every decode kernel next to fp16
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
 """
@@ -190,9 +193,40 @@ def _mma_caption(old, new, device):
     return (f"The tensor-core kernels as first written (`{old}`: each 16-byte chunk of a tile mapped to its page and "
             f"row by two run-time divisions and a shuffle, ~100 instructions per copy; a merge kernel walking 66 "
             f"partials per head through dependent loads at batch 1) and after (`{new}`: tiles copied as whole page "
-            f"runs, a parallel merge, 32-bit shared addresses; the 4-bit pages on tensor cores), on {device} in two "
-            "visits of the same day, each next to its own fp16 decode (`docs/data/bench_ops_lowrank_mma_base_h200.csv`, "
-            "`docs/data/lowrank_mma_h200.log`):")
+            f"runs, each lane one chunk column of every few rows, a parallel merge, a lazy running max, 32-bit shared "
+            f"addresses; the 4-bit pages on tensor cores), on {device} in two visits of the same day, each next to "
+            "its own fp16 decode (`docs/data/bench_ops_lowrank_mma_base_h200.csv`, `docs/data/lowrank_mma_h200.log`, "
+            "`docs/data/h200_visits_2026-11-26b.log`):")
+
+
+def _ab(rows):
+    """bench_ops rows of several binaries timed interleaved in one visit: the mean time of each commit per
+    (kernel, batch, context), in the order the commits first appear, and the last over the first."""
+    if not rows:
+        return []
+    commits = []
+    for r in rows:
+        if r["commit"] not in commits:
+            commits.append(r["commit"])
+    times = {}
+    for r in rows:
+        if r["op"] != "copy_bw" and r["time_ms"]:
+            times.setdefault((r["op"], int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
+                float(r["time_ms"]))
+    out = ["### This session's decode changes, timed interleaved (bench_ops, one visit)", "",
+           f"Three binaries on {rows[0]['device']}, {rows[0]['date'][:10]}, run one after the other twice (mean of the "
+           "two runs in ms; `docs/data/bench_ops_ab_h200.csv`): " + ", ".join(f"`{c}`" for c in commits) + ". The "
+           "second adds the padded tile copy by rows, exp2 with flushed denormals and the one-multiply page address "
+           "(ragged_stream.cuh, decode_mma.cuh); the third the lazy running max of the tensor-core softmax. The fp16 "
+           "decode is unchanged code (its rows show the run-to-run spread).", "",
+           "| kernel | batch | context | " + " | ".join(f"`{c}` ms" for c in commits) + " | speed-up, first / last |",
+           "|---|---|---|" + "---|" * len(commits) + "---|"]
+    for (op, b, ctx), by in sorted(times.items()):
+        means = [sum(by[c]) / len(by[c]) if c in by else None for c in commits]
+        cells = " | ".join(f"{m:.4f}" if m else "–" for m in means)
+        ratio = f"{means[0] / means[-1]:.3f}×" if means[0] and means[-1] else "–"
+        out.append(f"| {op[7:]} | {b} | {ctx} | {cells} | {ratio} |")
+    return out + [""]
 
 
 def _point_of(r):
@@ -236,7 +270,7 @@ def _e2e_h100_intro(prov):
 def _e2e_h200_intro(prov):
     return ["### End to end after the decode kernels' rework (kvcomp bench, H200)", "",
             f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (commands in",
-            "`docs/data/lowrank_mma_h200.log`): fdc and palu calibrated on the random-weight model (8192 uniform token",
+            "`docs/data/h200_visits_2026-11-26b.log`, visit 5): fdc and palu calibrated on the random-weight model (8192 uniform token",
             "ids) for p = 0.5, fdc also with `kv_bits=4`; 16 generated tokens; none in the same visit; 16 × 32K is",
             "skipped (its fp16 cache exceeds `--max-kv-gib` 40). Random weights give every head the same rank (64 of",
             "128), so this run does not exercise uneven ranks; the kernel tables above do."]
@@ -260,6 +294,8 @@ def lowrank_section(data_dir, results):
     kernels += _kernels(mma)
     kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_mma_base_h200.csv")), mma,
                              _mma_caption)
+    kernels += _ab(read_dicts(os.path.join(data_dir, "bench_ops_ab_h200.csv")))
+    kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
     body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:
         return []

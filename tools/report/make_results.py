@@ -26,7 +26,7 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plots  # noqa: E402
 from bench_table import bench_vs_none  # noqa: E402
-from probe_table import probe_kernel_table  # noqa: E402
+from probe_table import probe_kernel_table, probe_kernel_table_h200  # noqa: E402
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
@@ -70,6 +70,7 @@ prose = [r for r in results if r["task"] == "needle" and opts(r["task_opts"]).ge
 bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["source"] != "bench_e2e.csv"
             and "random_weights" not in opts(r["task_opts"])]
 quant_e2e = [r for r in results if r["source"] == "bench_quant_ttft.csv"]
+quant_e2e_h200 = [r for r in results if r["source"] == "bench_quant_ttft_h200.csv"]
 
 
 def kv_cell(r):
@@ -285,30 +286,41 @@ if e2e:
                    f"{float(r['decode_tok_s']):.1f} | {kvb} | {float(r['floor_ms']):.2f} | {float(r['tbt_over_floor']):.2f} | {hcols} |")
     out.append("")
 
-if quant_e2e:
-    out += ["### Quantized caches end to end: TTFT with saliency (kvcomp bench)", "",
-            f"`tools/gpu_host/run_quant.sh`: `kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(quant_e2e)},",
-            "methods at their defaults (kivi: 2 bits, groups of 32, 32 residual tokens; zipcache: ratio 0.4 of 4/2 bits,",
-            "blocks of 100, probes 5 % recent + 5 % random), 16 generated tokens, one untimed run of each bench's first",
-            "point first, none in the same visit. ZipCache's TTFT includes the probe attention (probe_scores) and the",
-            "per-head top-r selection of every layer; `zipcache` with `ratio=0` is the same quantizer without saliency",
-            "estimation (nothing to rank), so zipcache over zipcache ratio=0 is what saliency adds (target ≤ 1.10).", ""]
-    out += bench_vs_none(quant_e2e) + [""]
+def quant_ttft_section(rows, title, how):
+    """TTFT/TBT of the quantizing methods against none, and what saliency estimation adds to the prefill."""
+    if not rows:
+        return []
+    lines = [title, "",
+             f"{how} `kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)},",
+             "methods at their defaults (kivi: 2 bits, groups of 32, 32 residual tokens; zipcache: ratio 0.4 of 4/2 bits,",
+             "blocks of 100, probes 5 % recent + 5 % random), 16 generated tokens, one untimed run of each bench's first",
+             "point first, none in the same visit. ZipCache's TTFT includes the probe attention (probe_scores) and the",
+             "per-head top-r selection of every layer; `zipcache` with `ratio=0` is the same quantizer without saliency",
+             "estimation (nothing to rank), so zipcache over zipcache ratio=0 is what saliency adds (target ≤ 1.10).", ""]
+    lines += bench_vs_none(rows) + [""]
     sal = {}
-    for r in quant_e2e:
+    for r in rows:
         if r["method"] == "zipcache" and r["metric"] == "ttft_ms":
             sal.setdefault((r["backend"], r["batch"], r["context"]), {})[r["method_opts"]] = float(r["value"])
-    parts = [f"{be} batch {b} × {c}: {v[''] / v['ratio=0']:.2f}" for (be, b, c), v in sorted(sal.items())
+    parts = [f"{be} batch {b} × {c}: {v[''] / v['ratio=0']:.3f}" for (be, b, c), v in sorted(sal.items())
              if "" in v and "ratio=0" in v]
     if parts:
-        out += ["ZipCache TTFT over zipcache ratio=0 (what saliency estimation adds; target ≤ 1.10): " + "; ".join(parts) + ".",
-                ""]
+        lines += ["ZipCache TTFT over zipcache ratio=0 (what saliency estimation adds; target ≤ 1.10): " + "; ".join(parts) + ".",
+                  ""]
     host = [f"{be} batch {b} × {c}: {v['select=host'] / v['ratio=0']:.2f}" for (be, b, c), v in sorted(sal.items())
             if "select=host" in v and "ratio=0" in v]
     if host:
-        out += ["The same with the prefill ranking on the host (`select=host`: one download of the probe sums per "
-                "layer, the GPU idle while the host ranks; the default `select=device` runs the `select_salient` "
-                "op instead): " + "; ".join(host) + ".", ""]
+        lines += ["The same with the prefill ranking on the host (`select=host`: one download of the probe sums per "
+                  "layer, the GPU idle while the host ranks; the default `select=device` runs the `select_salient` "
+                  "op instead): " + "; ".join(host) + ".", ""]
+    return lines
+
+
+out += quant_ttft_section(quant_e2e, "### Quantized caches end to end: TTFT with saliency (kvcomp bench)",
+                          "`tools/gpu_host/run_quant.sh`:")
+out += quant_ttft_section(quant_e2e_h200, "### Quantized caches end to end after the saliency kernel's rework (kvcomp bench, H200)",
+                          "The probe_scores column-sum kernel staging each block's probe rows through shared memory "
+                          "(`docs/data/h200_visits_2026-11-26b.log`, visit 4):")
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",
@@ -319,6 +331,9 @@ if probe_rows:
             "SIMT kernels they replaced run in the same visit with `KVCOMP_PROBE_SCORES=simt`. NVIDIA OpenCL: the",
             "register-tiled kernel of `cl_kernels/probe_scores.cl`.", ""]
     out += probe_rows + [""]
+probe_h200 = probe_kernel_table_h200(d)
+if probe_h200:
+    out += probe_h200 + [""]
 out += requant_section(d)
 out += lowrank_section(d, all_results)
 
@@ -355,6 +370,20 @@ if os.path.exists(l3_path):
     out += ["Two-layer random checkpoint with Llama-3-8B shapes written by transformers (`hf_oracle.py --make-random`),",
             "64 random prompt tokens, 128 greedy steps (`docs/data/oracle_l3.log`):", ""]
     out += [f"- Llama-3-8B shapes, 2 layers, weights {w}: {line}" for w, ref, line in compare_lines(open(l3_path).read())]
+    out.append("")
+smol_path = os.path.join(d, "oracle_smollm3_h200.log")
+if os.path.exists(smol_path):
+    smol = open(smol_path).read()
+    out += ["A four-layer random SmolLM3 checkpoint written by transformers (`hf_oracle.py --make-random-smollm3`:",
+            "hidden 512, 8 heads, 2 KV heads, head_dim 64, `no_rope_layers` [1, 1, 1, 0], so layer 3 has no RoPE), fp32,",
+            "64 random prompt tokens, 64 greedy steps; fdc and palu at full rank (removal rate 0), whose layer 3 runs",
+            "the fully folded mode (R_k in W_Q / W_K, ZACK's Lemma 1) (`tools/gpu_host/run_checks.sh` smollm3_oracle,",
+            "`docs/data/oracle_smollm3_h200.log`):", ""]
+    for b in re.split(r"\n=== ", smol):
+        if "compare -m" in b and "--reference" in b:
+            mm = re.search(r"--method (\w+)", b.splitlines()[0])
+            method = mm.group(1) if mm else "none"
+            out += [f"- SmolLM3, method {method}: {line}" for w, ref, line in compare_lines("\n=== " + b)]
     out.append("")
 open(a.out, "w").write("\n".join(out) + "\n")
 print(f"wrote {a.out} and {len([f for f in os.listdir(a.plots) if f.endswith('.png')])} plots in {a.plots}")
