@@ -13,7 +13,9 @@
 //     mode, every flush re-ranks and re-quantizes all of the request's tokens, which re-rounds old
 //     tokens and drifts; see kv_method_requant.h and docs/data/requant_drift.csv), select
 //     device|host (default device: the prefill ranks tokens with the select_salient op where the
-//     backend has it; host: downloads the scores and ranks on the host; the same ranking).
+//     backend has it; host: downloads the scores and ranks on the host; the same ranking), tail
+//     quantize|window (default quantize: the whole prompt is quantized at prefill, the paper's
+//     behaviour; window: the prompt's last len % block tokens wait in the fp16 decode window).
 #include "engine/kv_method_quant.h"
 #include "engine/method_option_reader.h"
 
@@ -61,10 +63,14 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     c.seed = uint64_t(r.integer("seed", 0, 0, int64_t(1) << 62));
     c.recompress_all = r.word("recompress", "append", {"append", "all"}) == "all";
     c.select_on_device = r.word("select", "device", {"device", "host"}) == "device";
+    // tail: what happens to the prompt's last len % block tokens. quantize (the paper's prefill):
+    // they become a partial block. window: they stay fp16 in the decode window row (which decoding
+    // allocates anyway, so the bytes held are the same) until it fills, as KIVI keeps its residual.
+    const bool tail_window = r.word("tail", "quantize", {"quantize", "window"}) == "window";
     r.finish();
     c.v_group = 0;  // head_dim: one group per token
     c.channel_scale = true;
-    c.quantize_whole_prompt = true;
+    c.quantize_whole_prompt = !tail_window;
     // At ratio 0 (every token at lo_bits) or 1 (every token at hi_bits) the ranking cannot change
     // which segment a token lands in, so no probe attention is run: ratio=0 is ZipCache's
     // quantizer without its saliency estimation (the baseline its cost is measured against).

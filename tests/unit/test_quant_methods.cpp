@@ -210,6 +210,35 @@ TEST_P(quant_methods_on, eight_bit_is_close_and_error_grows_as_bits_shrink) {
     EXPECT_GT(z22, z42);
 }
 
+// zipcache tail=window: the prompt's last len % block tokens wait in the fp16 window. With a block
+// longer than every sequence here nothing is ever quantized: the cache is the fp16 window alone, as
+// kivi's with a residual that covers the sequence (the test above), so the logits must be kivi's
+// (the same ops on the same rows; the prefill's probe attention only ranks, and nothing is ranked),
+// and greedy decoding must match none (the default tail=quantize would quantize the whole prompt).
+TEST_P(quant_methods_on, zipcache_tail_window_covering_the_sequence_equals_kivi_window_and_none) {
+    const std::vector<int64_t> plen = {37, 13};
+    const int64_t n_decode = 20;
+    const std::vector<std::vector<int32_t>> seq = {test::make_prompt(37 + n_decode, 23), test::make_prompt(13 + n_decode, 24)};
+    const auto be = create_backend(GetParam());
+    auto zip = engine::create_kv_method("zipcache", {{"block", "256"}, {"tail", "window"}});
+    auto kivi = engine::create_kv_method("kivi", {{"residual", "256"}, {"group", "32"}});
+    int64_t wrong_pages = 0;
+    const auto rz = run_forced(*be, *zip, seq, plen, n_decode, [&](int64_t) {
+        wrong_pages += zip->pages_in_use() != 2;  // one window row per request, no blocks
+    });
+    EXPECT_EQ(wrong_pages, 0);
+    const auto rk = run_forced(*be, *kivi, seq, plen, n_decode);
+    for (size_t b = 0; b < 2; ++b) {
+        ASSERT_EQ(rz.logits[b].size(), rk.logits[b].size());
+        ASSERT_EQ(rz.logits[b].size(), size_t(n_decode + 1) * size_t(tiny_cfg().vocab_size));
+        EXPECT_LE(test::nmse(rz.logits[b].data(), rk.logits[b].data(), rz.logits[b].size()), 1e-12) << "request " << b;
+    }
+    const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(5, 2), test::make_prompt(33, 4)};
+    engine::engine none(engine_cfg(GetParam(), "none"));
+    engine::engine z(engine_cfg(GetParam(), "zipcache", {{"block", "256"}, {"tail", "window"}}));
+    EXPECT_EQ(test::generate_greedy(z, prompts, 12), test::generate_greedy(none, prompts, 12));
+}
+
 INSTANTIATE_TEST_SUITE_P(quant_backends, quant_methods_on, ::testing::ValuesIn(test::backends_to_test()),
                          test::backend_param_name());
 
@@ -256,6 +285,41 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
     m->release(5);  // unknown: no-op
     EXPECT_EQ(m->pages_in_use(), 0);
     EXPECT_EQ(m->bytes_held(0, 40), m->bytes_for_tokens(40));  // a released request counts as a fresh prefill
+}
+
+// (c) zipcache tail=window: the prompt's first L - L mod block tokens become blocks at the prefill
+// (hi and lo segments filling in parallel, as above), the rest waits in the window row taken at the
+// prefill, which flushes into one block each time it holds `block` tokens.
+TEST(quant_methods, zipcache_tail_window_streaming_block_counts) {
+    const int32_t G = 16;
+    const auto q = expected_layout("zipcache", G, 0.4, 4, 2);
+    const std::vector<int64_t> plen = {40, 23};
+    const int64_t n_decode = 40;
+    const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 43), test::make_prompt(23 + n_decode, 44)};
+    const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
+    const uint64_t slot = uint64_t(q.slot_bytes()) * L;
+    const uint64_t row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
+    auto prompt_blocks = [&](int64_t n) {
+        const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;
+        return std::max((hi + q.hi_tokens - 1) / q.hi_tokens, (lo + q.lo_tokens - 1) / q.lo_tokens);
+    };
+    const auto be = create_backend("cpu");
+    auto m = engine::create_kv_method("zipcache", {{"block", std::to_string(G)}, {"tail", "window"}});
+    int64_t checked = 0;
+    run_forced(*be, *m, seq, plen, n_decode, [&](int64_t T) {
+        int64_t pages = 0;
+        for (int32_t b = 0; b < 2; ++b) {
+            const int64_t n = plen[size_t(b)], quantized = n - n % G;
+            const int64_t blocks = prompt_blocks(quantized) + (n % G + T) / G;
+            EXPECT_EQ(m->bytes_held(b, n + T), uint64_t(blocks) * slot + row)
+                << "request " << b << " after " << T << " decode steps";
+            pages += blocks + 1;
+        }
+        EXPECT_EQ(m->pages_in_use(), pages) << "after " << T << " decode steps";
+        ++checked;
+    });
+    EXPECT_EQ(checked, n_decode + 1);
+    EXPECT_EQ(m->bytes_for_tokens(40), uint64_t(prompt_blocks(32)) * slot + row);  // right after a prefill
 }
 
 // (c) kivi: the prompt's first L - L mod residual tokens are blocks, the rest the window; the window
@@ -448,6 +512,7 @@ TEST(quant_methods, bad_options_are_clear_errors) {
     test::expect_error(make("zipcache", {{"lo_bits", "3"}}), status::invalid_argument, {"zipcache", "lo_bits", "2, 4 or 8"});
     test::expect_error(make("zipcache", {{"hi_bits", "5"}}), status::invalid_argument, {"hi_bits", "2, 4 or 8"});
     test::expect_error(make("zipcache", {{"nnz", "rows"}}), status::invalid_argument, {"nnz=rows"});
+    test::expect_error(make("zipcache", {{"tail", "fp16"}}), status::invalid_argument, {"tail=fp16"});
     test::expect_error(make("zipcache", {{"block", "0"}}), status::invalid_argument, {"block=0"});
     test::expect_error(make("zipcache", {{"bits", "4"}}), status::invalid_argument, {"zipcache", "unknown option 'bits'"});
     test::expect_error(make("zipcache", {{"residual", "32"}}), status::invalid_argument, {"unknown option 'residual'"});
