@@ -29,6 +29,7 @@ from bench_table import bench_vs_none  # noqa: E402
 from probe_table import probe_kernel_table, probe_kernel_table_h200  # noqa: E402
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
+from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
 from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -41,7 +42,8 @@ os.makedirs(a.plots, exist_ok=True)
 all_results = load_results(d)
 # The low-rank methods have their own section (accuracy by compression p, their own GPU visit), and
 # so have ZipCache's recompression modes.
-results = [r for r in all_results if r["source"] not in LOWRANK_SOURCES and r["source"] != REQUANT_SOURCE]
+results = [r for r in all_results
+           if r["source"] not in LOWRANK_SOURCES and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE)]
 
 
 def rows(name):
@@ -334,6 +336,7 @@ if probe_rows:
 probe_h200 = probe_kernel_table_h200(d)
 if probe_h200:
     out += probe_h200 + [""]
+out += quant_grid_section(all_results)
 out += requant_section(d)
 out += lowrank_section(d, all_results)
 
