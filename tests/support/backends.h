@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <tuple>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -43,6 +44,16 @@ struct backend_param_name {
         std::string n = info.param;
         std::replace(n.begin(), n.end(), ':', '_');
         return n;
+    }
+};
+
+// gtest parameter names of (backend, method) tuples: ("opencl:0", "fdc") -> "opencl_0_fdc".
+struct backend_method_param_name {
+    template <typename Info>
+    std::string operator()(const Info & info) const {
+        std::string n = std::get<0>(info.param);
+        std::replace(n.begin(), n.end(), ':', '_');
+        return n + "_" + std::get<1>(info.param);
     }
 };
 

@@ -152,16 +152,10 @@ TEST_P(lowrank, balanced_and_plain_schedules_agree) {
     EXPECT_EQ(out[0], out[1]);
 }
 
-std::string param_name(const ::testing::TestParamInfo<param> & info) {
-    std::string b = std::get<0>(info.param);
-    std::replace(b.begin(), b.end(), ':', '_');
-    return b + "_" + std::get<1>(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
                          ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
                                             ::testing::Values("zack", "fdc", "palu")),
-                         param_name);
+                         test::backend_method_param_name());
 
 // --- reduced, uneven ranks against an independent construction -----------------------------------------
 //

@@ -123,16 +123,10 @@ TEST_P(lowrank_norope, uneven_ranks_equal_none_on_projected_k_and_v) {
     expect_same_model(lr, ref, 1e-6, 2e-3, method_);
 }
 
-std::string param_name(const ::testing::TestParamInfo<param> & info) {
-    std::string b = std::get<0>(info.param);
-    std::replace(b.begin(), b.end(), ':', '_');
-    return b + "_" + std::get<1>(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(backends, lowrank_norope,
                          ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
                                             ::testing::Values("zack", "fdc", "palu")),
-                         param_name);
+                         test::backend_method_param_name());
 
 // zack and fdc only: palu has no online mode on layers without RoPE (refused, see the errors test).
 class lowrank_norope_online : public lowrank_norope {};
@@ -163,7 +157,7 @@ TEST_P(lowrank_norope_online, folded_equals_online_projection) {
 INSTANTIATE_TEST_SUITE_P(backends, lowrank_norope_online,
                          ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
                                             ::testing::Values("zack", "fdc")),
-                         param_name);
+                         test::backend_method_param_name());
 
 // --- (d) the folded layers' q and k come from the projections (CPU) ---------------------------------
 

@@ -198,16 +198,10 @@ TEST_P(lowrank_q4, backend_matches_cpu) {
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-3) << "decode step " << i;
 }
 
-std::string param_name(const ::testing::TestParamInfo<param> & info) {
-    std::string b = std::get<0>(info.param);
-    std::replace(b.begin(), b.end(), ':', '_');
-    return b + "_" + std::get<1>(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(lowrank_q4_backends, lowrank_q4,
                          ::testing::Combine(::testing::ValuesIn(test::backends_to_test()),
                                             ::testing::Values("zack", "fdc")),
-                         param_name);
+                         test::backend_method_param_name());
 
 // --- invariant 15 at full rank: the uncompressed cache fed with dequant(quant(k R D^-1)) D R^T -------
 //

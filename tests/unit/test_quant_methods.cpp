@@ -62,6 +62,23 @@ qblock_layout expected_layout(const std::string & method, int32_t block, double 
     return q;
 }
 
+// zipcache's bytes on the tiny model at block G, ratio 0.4, 4/2 bits: a block slot and an fp16
+// window row over all layers, and the blocks a prompt of n tokens fills (its hi and lo segments
+// fill in parallel: 40 tokens are 16 hi / 24 lo -> 3 blocks of 7 hi + 9 lo; 23 are 10 / 13 -> 2).
+struct zipcache_bytes {
+    qblock_layout q;
+    uint64_t slot = 0, row = 0;
+    explicit zipcache_bytes(int32_t G) : q(expected_layout("zipcache", G, 0.4, 4, 2)) {
+        const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
+        slot = uint64_t(q.slot_bytes()) * L;
+        row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
+    }
+    int64_t prompt_blocks(int64_t n) const {
+        const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;
+        return std::max((hi + q.hi_tokens - 1) / q.hi_tokens, (lo + q.lo_tokens - 1) / q.lo_tokens);
+    }
+};
+
 // Teacher-forced run of a method through the forward pass: request b's first prompt_len[b]
 // tokens of seq[b] as one batched prefill, then n_decode decode steps feeding the following
 // tokens. Returns per request the logits of the prefill's last row and of every decode step
@@ -247,19 +264,13 @@ INSTANTIATE_TEST_SUITE_P(quant_backends, quant_methods_on, ::testing::ValuesIn(t
 // first decode token and kept.
 TEST(quant_methods, zipcache_streaming_block_counts) {
     const int32_t G = 16;
-    const auto q = expected_layout("zipcache", G, 0.4, 4, 2);  // 7 hi + 9 lo tokens per block
-    ASSERT_EQ(q.hi_tokens, 7);
+    const zipcache_bytes z(G);
+    ASSERT_EQ(z.q.hi_tokens, 7);  // 7 hi + 9 lo tokens per block
     const std::vector<int64_t> plen = {40, 23};
     const int64_t n_decode = 40;
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 41), test::make_prompt(23 + n_decode, 42)};
-    const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
-    const uint64_t slot = uint64_t(q.slot_bytes()) * L;
-    const uint64_t row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
-    // Blocks for a prompt of n: hi and lo segments fill in parallel (40: 16 hi / 24 lo -> 3; 23: 10 / 13 -> 2).
-    auto prompt_blocks = [&](int64_t n) {
-        const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;
-        return std::max((hi + q.hi_tokens - 1) / q.hi_tokens, (lo + q.lo_tokens - 1) / q.lo_tokens);
-    };
+    const uint64_t slot = z.slot, row = z.row;
+    auto prompt_blocks = [&](int64_t n) { return z.prompt_blocks(n); };
     ASSERT_EQ(prompt_blocks(40), 3);
     ASSERT_EQ(prompt_blocks(23), 2);
     const auto be = create_backend("cpu");
@@ -292,17 +303,12 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
 // prefill, which flushes into one block each time it holds `block` tokens.
 TEST(quant_methods, zipcache_tail_window_streaming_block_counts) {
     const int32_t G = 16;
-    const auto q = expected_layout("zipcache", G, 0.4, 4, 2);
+    const zipcache_bytes z(G);
     const std::vector<int64_t> plen = {40, 23};
     const int64_t n_decode = 40;
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 43), test::make_prompt(23 + n_decode, 44)};
-    const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
-    const uint64_t slot = uint64_t(q.slot_bytes()) * L;
-    const uint64_t row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
-    auto prompt_blocks = [&](int64_t n) {
-        const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;
-        return std::max((hi + q.hi_tokens - 1) / q.hi_tokens, (lo + q.lo_tokens - 1) / q.lo_tokens);
-    };
+    const uint64_t slot = z.slot, row = z.row;
+    auto prompt_blocks = [&](int64_t n) { return z.prompt_blocks(n); };
     const auto be = create_backend("cpu");
     auto m = engine::create_kv_method("zipcache", {{"block", std::to_string(G)}, {"tail", "window"}});
     int64_t checked = 0;
