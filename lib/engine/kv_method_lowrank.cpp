@@ -55,7 +55,7 @@ class lowrank_method : public kv_method {
         // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
         rope_theta_ = float(cfg.rope.theta);
         freq_factors_ = m.weights.freq_factors.get();
-        n_workers_ = std::max(1, be.info().compute_units);
+        n_workers_ = std::max(1, be.info().compute_units) * c_.worker_scale;
     }
 
     const layer_projection * projection(int64_t layer) const override {

@@ -55,6 +55,10 @@ struct lowrank_method_config {
     lowrank_choice choice;
     bool balanced_schedule =
         true;  // decode tasks balanced over the compute units (else one per (request, head))
+    // The balanced schedule's workers per compute unit. 1 treats an SM as one worker; the CUDA
+    // tensor-core decodes keep 3 blocks per SM, and 2 or 3 were faster at batch 16 on an H200 while
+    // 1 was faster at batch 1 x 128K (docs/RESULTS.md, "more workers than SMs").
+    int worker_scale = 1;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to

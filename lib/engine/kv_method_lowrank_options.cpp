@@ -6,6 +6,8 @@
 //   rank_multiple=16     rounding of re-chosen ranks (only with removal_rate or compression)
 //   schedule=balanced|plain   decode task schedule (balanced: over the compute units; plain: one
 //                        task per (request, KV head) in order); results agree up to rounding
+//   workers=1            balanced schedule: workers per compute unit, 1..16 (tasks are cut and
+//                        ordered for compute_units x workers; results agree up to rounding)
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -13,7 +15,6 @@
 //   kv_bits=16|4         zack/fdc page format: 16 = f16 (default); 4 = 4-bit codes with an f16
 //                        min/step per token and head (core/ragged_q4.h; bases folded with a
 //                        per-channel equalization), ~4x smaller pages. Not for palu.
-//                        CUDA kernels compiled, not yet run on a GPU.
 //   equalize=1|0         kv_bits=4 only: the channel equalization (1, default) or none (0: the
 //                        rotated basis quantized as it is; an ablation)
 //   fold_qk=1|0          layers without RoPE (SmolLM3): 1 (default) folds R_k into W_Q and W_K at
@@ -42,6 +43,8 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     const bool multiple_given = r.has("rank_multiple");
     c.choice.rank_multiple = r.integer("rank_multiple", 16, 1, max_ragged_width);
     c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
+    const bool workers_given = r.has("workers");
+    c.worker_scale = int(r.integer("workers", 1, 1, 16));
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
@@ -51,6 +54,8 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     r.finish();
     KVCOMP_CHECK_ARG(!equalize_given || c.kv_bits == 4, "method ", name,
                      ": option equalize only applies with kv_bits=4");
+    KVCOMP_CHECK_ARG(!workers_given || c.balanced_schedule, "method ", name,
+                     ": option workers only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(c.kv_bits == 16 || m != hl::lowrank_method::palu, "method ", name,
                      ": option kv_bits=", c.kv_bits,
                      " is not supported for palu (its latent K is reconstructed at full width "

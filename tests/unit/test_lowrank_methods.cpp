@@ -140,16 +140,23 @@ TEST_P(lowrank, kv_bytes_are_the_formula) {
 }
 
 TEST_P(lowrank, balanced_and_plain_schedules_agree) {
-    const std::vector<std::vector<int32_t>> prompts = {random_tokens(300, 21), random_tokens(37, 22),
-                                                       random_tokens(180, 23)};
+    // 1100 tokens: long enough for the balanced cut to split a request (chunks of >= 256 tokens), and
+    // differently for 1 and 3 workers per compute unit.
+    const std::vector<std::vector<int32_t>> prompts = {random_tokens(1100, 21), random_tokens(37, 22),
+                                                       random_tokens(600, 23)};
     std::vector<std::vector<std::vector<int32_t>>> out;
-    for (const char * s : {"balanced", "plain"}) {
-        auto cfg = config(backend_, method_, {{"schedule", s}, {"compression", "0.5"}});
-        cfg.max_context = 400;
+    // The balanced schedule for 1 and 3 workers per compute unit (more, shorter tasks) and the plain one.
+    const std::vector<engine::method_options> schedules = {
+        {{"schedule", "balanced"}}, {{"schedule", "balanced"}, {"workers", "3"}}, {{"schedule", "plain"}}};
+    for (engine::method_options o : schedules) {
+        o["compression"] = "0.5";
+        auto cfg = config(backend_, method_, o);
+        cfg.max_context = 1200;
         engine::engine e(cfg);
         out.push_back(test::generate_greedy(e, prompts, 10));
     }
     EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(out[0], out[2]);
 }
 
 INSTANTIATE_TEST_SUITE_P(lowrank_backends, lowrank,
@@ -321,6 +328,10 @@ TEST(lowrank_errors, bad_options_name_the_option) {
     test::expect_error(make({{"calib", f}, {"rank_multiple", "8"}}), status::invalid_argument,
                        {"rank_multiple"});
     test::expect_error(make({{"calib", f}, {"schedule", "lpt"}}), status::invalid_argument, {"schedule"});
+    for (const char * w : {"0", "17", "x"})
+        test::expect_error(make({{"calib", f}, {"workers", w}}), status::invalid_argument, {"workers"});
+    test::expect_error(make({{"calib", f}, {"schedule", "plain"}, {"workers", "3"}}), status::invalid_argument,
+                       {"workers", "schedule=balanced"});
     test::expect_error(make({{"calib", f}, {"prefill", "flash"}}), status::invalid_argument,
                        {"prefill=flash", "padded", "ragged"});
     test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});

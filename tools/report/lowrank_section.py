@@ -12,6 +12,7 @@
   bench_ops_lowrank_ocl_h200.csv  the same decodes on NVIDIA's OpenCL driver (H200), fp16 decode of the same run
   bench_ops_ab_h200.csv       one visit timing three binaries interleaved, two runs each (the commits before and
                               after this session's decode changes), every decode kernel next to fp16
+  bench_ops_worker_scales_h200.csv  the balanced schedule built for compute_units x s workers, s = 1..6
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
 """
@@ -276,6 +277,39 @@ def _e2e_h200_intro(prov):
             "128), so this run does not exercise uneven ranks; the kernel tables above do."]
 
 
+def _worker_scales(rows):
+    """Balanced decode rows scheduled for compute_units x s workers (bench_ops --worker-scales): mean time
+    and fraction of copy per (pages, profile, batch, context) and scale."""
+    import re as _re
+    cells, scales = {}, set()
+    for r in rows:
+        m = _re.match(r"decode_lowrank_(q4_)?balanced(?:_x(\d+))?_(p\d+)$", r["op"])
+        if not m or not r["time_ms"]:
+            continue
+        s = int(m.group(2) or 1)
+        scales.add(s)
+        key = ("q4" if m.group(1) else "f16", m.group(3), int(r["batch"]), int(r["context"]))
+        cells.setdefault(key, {}).setdefault(s, []).append((float(r["time_ms"]), float(r["fraction_of_copy"])))
+    if not cells:
+        return []
+    sc = sorted(scales)
+    out = ["### The balanced schedule for more workers than SMs (bench_ops --worker-scales, H200)", "",
+           f"The same decodes with the schedule built for compute_units × s workers (`{rows[0]['commit']}`, "
+           f"{rows[0]['date'][:10]}, `docs/data/bench_ops_worker_scales_h200.csv`; mean of the runs the visit finished, "
+           "one or two). The tensor-core kernels keep 3 blocks per SM resident, so s = 3 makes one worker per "
+           "resident block. Cells: ms (fraction of copy).", "",
+           "| pages | profile | batch | context | " + " | ".join(f"s = {s}" for s in sc) + " |",
+           "|---|---|---|---|" + "---|" * len(sc)]
+    for key in sorted(cells):
+        by = cells[key]
+        row = []
+        for s in sc:
+            v = by.get(s)
+            row.append(f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})" if v else "–")
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(row) + " |")
+    return out + [""]
+
+
 def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
@@ -295,6 +329,7 @@ def lowrank_section(data_dir, results):
     kernels += _before_after(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_mma_base_h200.csv")), mma,
                              _mma_caption)
     kernels += _ab(read_dicts(os.path.join(data_dir, "bench_ops_ab_h200.csv")))
+    kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
     body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:
