@@ -345,16 +345,12 @@ bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The warps' rings take kSmemBytes (64 KiB with 2 stages), past the 48 KiB default: opt in first.
-// Occupancy on an H100 (228 KiB per SM): 3 blocks by shared memory; by registers (ptxas, CUDA 13.0:
-// 239 / 167 / 128 / 128 for QP = 8 / 4 / 2 / 1) 2 for QP = 8, 3 for QP = 4, 4 for QP <= 2.
+// The warps' rings take kSmemBytes (64 KiB with 2 stages), past the 48 KiB default (the launcher
+// opts in). Occupancy on an H100 (228 KiB per SM): 3 blocks by shared memory; by registers (ptxas,
+// CUDA 13.0: 239 / 167 / 128 / 128 for QP = 8 / 4 / 2 / 1) 2 for QP = 8, 3 for QP = 4, 4 for QP <= 2.
 template <int QP>
 void launch_decode(context & ctx, const rdecode_args & a, dim3 grid) {
-    if (kSmemBytes > 48 * 1024)
-        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_kernel<QP>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-    attn_decode_ragged_kernel<QP><<<grid, kThreads, kSmemBytes, ctx.stream>>>(a);
-    KVCOMP_CUDA_CHECK_LAUNCH();
+    launch_ragged_kernel(ctx, attn_decode_ragged_kernel<QP>, grid, kSmemBytes, a);
 }
 
 }  // namespace

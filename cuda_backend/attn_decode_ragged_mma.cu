@@ -131,17 +131,6 @@ __device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & t
     }
 }
 
-template <int MV>
-__device__ __forceinline__ void rescale(rstate<MV> & st, float alpha) {
-    // The max settles quickly; skip the rescale for the whole warp unless some head's max grew.
-    if (__any_sync(full_mask, alpha != 1.0f)) {
-#pragma unroll
-        for (int m = 0; m < MV; ++m)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) st.o[m][k] *= alpha;
-    }
-}
-
 // W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
 template <int W>
 __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kernel(const rdecode_args a) {
@@ -151,9 +140,7 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
 
     rtask t;
-    if (!load_task(a, QH, t)) return;  // uniform
-    t.hd.k_width = min(t.hd.k_width, W);  // the launch checked max_width <= W
-    t.hd.v_width = min(t.hd.v_width, W);
+    if (!load_mma_task<W>(a, QH, t)) return;  // uniform
     const int kw = t.hd.k_width, vw = t.hd.v_width;
 
     uint32_t bq[MK][2];
@@ -189,7 +176,7 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
         float2 s = tile_scores<MK>(tv, lo, hi, bq, lane);
         for (int r0 = lo; r0 < hi; r0 += 16) {
             float p0, p1;
-            rescale(st, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
+            rescale_mma_out(st.o, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
             float2 next = make_float2(-INFINITY, -INFINITY);
             if (r0 + 16 < hi) next = tile_scores<MK>(tv, r0 + 16, hi, bq, lane);
             tile_values<MV>(st, tv, r0, hi, p0, p1, lane);
@@ -213,14 +200,6 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
     finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
 }
 
-template <int W>
-void launch(context & ctx, const rdecode_args & a, dim3 grid) {
-    KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_ragged_mma_kernel<W>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-    attn_decode_ragged_mma_kernel<W><<<grid, kRaggedThreads, kSmemBytes, ctx.stream>>>(a);
-    KVCOMP_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 bool ragged_mma_handles(int64_t max_width) {
@@ -230,9 +209,9 @@ bool ragged_mma_handles(int64_t max_width) {
 void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a) {
     const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
     if (a.max_width <= 64)
-        launch<64>(ctx, a, grid);
+        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<64>, grid, kSmemBytes, a);
     else
-        launch<128>(ctx, a, grid);
+        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<128>, grid, kSmemBytes, a);
 }
 
 }  // namespace kvcomp::cuda

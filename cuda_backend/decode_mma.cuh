@@ -67,6 +67,19 @@ __device__ __forceinline__ float softmax_pair(float & m, float & l, float s0, fl
     return alpha;
 }
 
+// Scales a warp's mma output accumulators by this lane's factor alpha from softmax_pair. The max
+// settles quickly, so the whole warp skips it unless some head's max moved; returns whether it
+// scaled (a kernel with more per-row state scales that too).
+template <int MV>
+__device__ __forceinline__ bool rescale_mma_out(float (&o)[MV][4], float alpha) {
+    if (!__any_sync(full_mask, alpha != 1.0f)) return false;
+#pragma unroll
+    for (int m = 0; m < MV; ++m)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[m][k] *= alpha;
+    return true;
+}
+
 // B fragments of P' for the values' mma (O^T = V^T P'^T: K = the tile's 16 tokens, N = the (hi, lo)
 // columns of 4 heads) from this lane's weights of head t for tokens g and g + 8: lane (g, t) packs
 // (hi, lo) of its weight into one register of an 8x8 matrix (rows tokens, columns head columns),

@@ -124,6 +124,16 @@ __device__ __forceinline__ bool load_task(const rdecode_args & a, int QP, rtask 
     return true;
 }
 
+// load_task for a tensor-core kernel compiled for heads up to W wide: the widths are clamped to W
+// (the launch checked max_width <= W, so this only keeps a bad table inside the kernel's arrays).
+template <int W>
+__device__ __forceinline__ bool load_mma_task(const rdecode_args & a, int QP, rtask & t) {
+    if (!load_task(a, QP, t)) return false;
+    t.hd.k_width = min(t.hd.k_width, W);
+    t.hd.v_width = min(t.hd.v_width, W);
+    return true;
+}
+
 // Row stride (halves) of a width-w f16 head in a stage (see the banner).
 template <bool PAD>
 __host__ __device__ constexpr int stage_row_halves(int w) {
@@ -341,6 +351,17 @@ struct tile_stream {
         }
     }
 };
+
+// Launches a ragged decode kernel (kRaggedThreads per block, one block per schedule row and head
+// chunk) with `smem` bytes of dynamic shared memory, opting in first where that exceeds the 48 KiB
+// default.
+template <typename Kernel>
+void launch_ragged_kernel(context & ctx, Kernel kernel, dim3 grid, size_t smem, const rdecode_args & a) {
+    if (smem > 48 * 1024)
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    kernel<<<grid, kRaggedThreads, smem, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
 
 // The kernel arguments of an attn_decode_ragged op (f16 or 4-bit pages; attn_decode_ragged.cu).
 rdecode_args ragged_decode_args(const op_desc & op);
