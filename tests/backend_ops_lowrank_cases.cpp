@@ -64,15 +64,22 @@ int64_t pool_row(const ragged_spec & s, bool v) {
     return s.bits == 4 ? ragged_q4_row_total(w) : sum(w);
 }
 
+// Per pool slot (page * page_size + slot): 0 when no request's token is there, else the factor of
+// its key (ragged_spec::key_ramp).
+std::vector<float> slot_key_scales(const ragged_spec & s, const page_table_arrays & pt, int64_t n_pages) {
+    std::vector<float> scale(static_cast<size_t>(n_pages * s.page_size), 0.0f);
+    for (size_t b = 0; b < s.lens.size(); ++b)
+        for (int64_t j = 0; j < s.lens[b]; ++j)
+            scale[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
+                float(1.0 + s.key_ramp * double(j) / double(s.lens[b]));
+    return scale;
+}
+
 // q4 pools (core/ragged_q4.h) filled as fill_ragged_pools: the requests' rows are quantized normal
 // values, every other row quantizes K = 0 and V = 3e4 (min 3e4, step 0).
 void fill_ragged_q4_pools(host_tensor & k, host_tensor & v, const ragged_spec & s,
                           const page_table_arrays & pt, int64_t n_pages, test_rng & rng) {
-    std::vector<uint8_t> used(static_cast<size_t>(n_pages * s.page_size), 0);
-    for (size_t b = 0; b < s.lens.size(); ++b)
-        for (int64_t j = 0; j < s.lens[b]; ++j)
-            used[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
-                1;
+    const std::vector<float> key_scale = slot_key_scales(s, pt, n_pages);
     const int64_t kt = pool_row(s, false), vt = pool_row(s, true);
     // One generator per page (pages are disjoint bytes of both pools): multi-GiB pools for bench_ops
     // fill on every core, with the same bytes whatever the number of threads.
@@ -83,8 +90,9 @@ void fill_ragged_q4_pools(host_tensor & k, host_tensor & v, const ragged_spec & 
             const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
             const int64_t kr = ragged_q4_row_bytes(kw), vr = ragged_q4_row_bytes(vw);
             for (int64_t slot = 0; slot < s.page_size; ++slot) {
-                const bool u = used[size_t(page * s.page_size + slot)];
-                for (int64_t d = 0; d < kw; ++d) x[size_t(d)] = u ? local.normal() : 0.0f;
+                const float ks = key_scale[size_t(page * s.page_size + slot)];
+                const bool u = ks > 0.0f;
+                for (int64_t d = 0; d < kw; ++d) x[size_t(d)] = u ? ks * local.normal() : 0.0f;
                 ragged_q4_quantize_row(
                     x.data(), kw, k.as<uint8_t>() + page * s.page_size * kt + s.page_size * ko + slot * kr);
                 for (int64_t d = 0; d < vw; ++d) x[size_t(d)] = u ? local.normal() : 3e4f;
@@ -102,6 +110,7 @@ std::string ragged_vars(const ragged_spec & s) {
     os << "k=" << join(s.k_widths) << ",v=" << join(s.v_widths) << ",g=" << s.group << ",page=" << s.page_size
        << ",lens=" << join(s.lens);
     if (s.bits != 16) os << ",bits=" << s.bits;
+    if (s.key_ramp != 0.0) os << ",key_ramp=" << s.key_ramp;
     return os.str();
 }
 
@@ -110,11 +119,7 @@ std::string ragged_vars(const ragged_spec & s) {
 void fill_ragged_pools(host_tensor & k, host_tensor & v, const ragged_spec & s, const page_table_arrays & pt,
                        int64_t n_pages, test_rng & rng) {
     const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths);
-    std::vector<uint8_t> used(static_cast<size_t>(n_pages * s.page_size), 0);
-    for (size_t b = 0; b < s.lens.size(); ++b)
-        for (int64_t j = 0; j < s.lens[b]; ++j)
-            used[size_t(pt.indices[size_t(pt.indptr[b] + j / s.page_size)] * s.page_size + j % s.page_size)] =
-                1;
+    const std::vector<float> key_scale = slot_key_scales(s, pt, n_pages);
     // Head c's part of page p starts at p * page_size * total + page_size * offset (the heads tile
     // the page, so every element is set). One generator per page, as fill_ragged_q4_pools.
     for_each_seeded(n_pages, rng, [&](int64_t page, test_rng & local) {
@@ -122,10 +127,11 @@ void fill_ragged_pools(host_tensor & k, host_tensor & v, const ragged_spec & s, 
         for (size_t c = 0; c < s.k_widths.size(); ++c) {
             const int64_t kw = s.k_widths[c], vw = s.v_widths[c];
             for (int64_t slot = 0; slot < s.page_size; ++slot) {
-                const bool u = used[size_t(page * s.page_size + slot)];
+                const float ks = key_scale[size_t(page * s.page_size + slot)];
+                const bool u = ks > 0.0f;
                 const int64_t kb = page * s.page_size * kt + s.page_size * ko + slot * kw;
                 const int64_t vb = page * s.page_size * vt + s.page_size * vo + slot * vw;
-                for (int64_t d = 0; d < kw; ++d) set_float(k, kb + d, u ? local.normal() : 0.0f);
+                for (int64_t d = 0; d < kw; ++d) set_float(k, kb + d, u ? ks * local.normal() : 0.0f);
                 for (int64_t d = 0; d < vw; ++d) set_float(v, vb + d, u ? local.normal() : 3e4f);
             }
             ko += kw;
@@ -546,6 +552,15 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
         {
             ragged_spec s = rs({24, 40}, {9, 200}, 4, {2600, 1, 0, 40}, P::plain, 400);
             s.min_chunk_tokens = 8;
+            add(std::make_unique<ragged_decode_case>(s, false));
+            s.bits = 4;
+            add(std::make_unique<ragged_decode_case>(s, false));
+        }
+        // Rising scores (keys up to 21x): the running max moves through the whole sequence, in every
+        // task of a row and in the tiles after a task's first, on f16 and q4 pages.
+        {
+            ragged_spec s = rs({48, 64}, {32, 128}, 4, {2600, 300, 17}, P::balanced, 8);
+            s.key_ramp = 20.0;
             add(std::make_unique<ragged_decode_case>(s, false));
             s.bits = 4;
             add(std::make_unique<ragged_decode_case>(s, false));
