@@ -43,7 +43,9 @@ struct options {
     std::vector<int64_t> contexts{4096, 32768, 131072};
     std::vector<int64_t> batches{1, 16};
     std::vector<std::pair<int64_t, int64_t>> prefill{{1, 4096}, {16, 4096}, {1, 32768}};  // batch x length
-    std::vector<int64_t> worker_scales{1};  // low-rank decode schedules for compute_units x each
+    // Low-rank decode schedules: for compute_units x each; 0 = auto (the backend's concurrent tasks,
+    // what the engine's default workers=auto plans for).
+    std::vector<int64_t> worker_scales{0};
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
     std::string sweep_rows;                                     // regex over their row names
     int reps = 20, warmup = 3;
@@ -63,8 +65,10 @@ void usage() {
         "  --batches LIST    decode batches (default 1,16)\n"
         "  --prefill LIST    causal prefill shapes BATCHxLENGTH, comma list, K = 1024\n"
         "                    (default 1x4K,16x4K,1x32K; 'none' to skip)\n"
-        "  --worker-scales L low-rank decode: also schedule for compute_units x each (default 1;\n"
-        "                    rows of scale s > 1 are named decode_lowrank_*_xS_*); each profile also\n"
+        "  --worker-scales L low-rank decode: schedules for compute_units x each, or auto (default):\n"
+        "                    the decode tasks the backend runs at once (backend::concurrent_workgroups,\n"
+        "                    as the engine's workers=auto); rows of scale s are named\n"
+        "                    decode_lowrank_*_xS_*, auto rows have no suffix; each profile also\n"
         "                    runs decode_lowrank_q4_balanced_* (kv_bits=4 pages, core/ragged_q4.h;\n"
         "                    bytes = the q4 rows read)\n"
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
@@ -126,6 +130,27 @@ std::vector<std::pair<int64_t, int64_t>> parse_prefill(const std::string & s) {
     return out;
 }
 
+// The decode tasks the backend runs at once for a ragged decode case of this spec (the kernel
+// choice depends on the widest head, the page format and the group; not on lengths).
+int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs, bool palu) {
+    ragged_layout kv;
+    kv.n_kv_heads = int64_t(rs.k_widths.size());
+    kv.page_size = rs.page_size;
+    for (size_t c = 0; c < rs.k_widths.size(); ++c) {
+        kv.k_total += rs.k_widths[c], kv.v_total += rs.v_widths[c];
+        kv.max_width = std::max({kv.max_width, rs.k_widths[c], rs.v_widths[c]});
+    }
+    kv.bits = rs.bits;
+    if (palu) {
+        attn_decode_palu_params p;
+        p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.head_dim = rs.head_dim, p.rot_dim = rs.rot_dim;
+        return be.concurrent_workgroups(p);
+    }
+    attn_decode_ragged_params p;
+    p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group;
+    return be.concurrent_workgroups(p);
+}
+
 bool parse(int argc, char ** argv, options & o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -154,7 +179,11 @@ bool parse(int argc, char ** argv, options & o) {
         } else if (a == "--prefill") {
             o.prefill = parse_prefill(value());
         } else if (a == "--worker-scales") {
-            o.worker_scales = parse_sizes(value());
+            o.worker_scales.clear();
+            for (const auto & v : split(value())) {
+                if (v == "auto") o.worker_scales.push_back(0);
+                else for (int64_t n : parse_sizes(v)) o.worker_scales.push_back(n);
+            }
         } else if (a == "--sweep-rows") {
             o.sweep_rows = value();
             std::regex check(o.sweep_rows);  // throws std::regex_error on a bad pattern
@@ -362,16 +391,17 @@ bool bench_device(const device_entry & dev, const options & o) {
                                                              "decode_lowrank_balanced_", "decode_palu_",
                                                              "decode_lowrank_q4_balanced_"};
                         const std::string name = std::string(names[kind]) +
-                                                 (scale > 1 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
+                                                 (scale > 0 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
                         if (!sweep_row(name)) continue;
                         ragged_spec rs;
                         rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
                         rs.lens.assign(size_t(batch), ctx);
                         rs.extra_pages = 0;
-                        rs.workers = std::max<int64_t>(1, dev.info.compute_units) * scale;
+                        if (kind == 3) rs.bits = 4;
+                        rs.workers = scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * scale
+                                               : concurrent_decode_tasks(*be, rs, kind == 2);
                         rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
                                               : host::lowrank::decode_policy::balanced;
-                        if (kind == 3) rs.bits = 4;
                         case_ptr c = make_ragged_decode_case(rs, kind == 2);
                         row w;
                         ok = bench_case(*c, *be, dev.info, o, w) && ok;

@@ -225,6 +225,20 @@ support supports_attn_decode_palu(const op_desc & op) {
     return support::yes();
 }
 
+namespace {
+
+task_kernel<palu_args> palu_kernel_for(const attn_decode_palu_params & p) {
+    const int64_t group = p.n_q_heads / std::max<int64_t>(1, p.kv.n_kv_heads);
+    return {attn_decode_palu_kernel, kThreads, palu_smem_bytes(p.kv.max_width, p.head_dim),
+            unsigned((group + kWarps - 1) / kWarps)};
+}
+
+}  // namespace
+
+int64_t concurrent_rows_attn_decode_palu(const attn_decode_palu_params & p) {
+    return concurrent_task_rows(palu_kernel_for(p));
+}
+
 void run_attn_decode_palu(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const ragged_layout & l = p.kv;
@@ -258,13 +272,7 @@ void run_attn_decode_palu(context & ctx, const op_desc & op) {
 
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
-        const size_t smem = palu_smem_bytes(l.max_width, p.head_dim);
-        if (smem > 48 * 1024)
-            KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_decode_palu_kernel,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        const dim3 grid(unsigned(p.n_tasks), unsigned((group + kWarps - 1) / kWarps));
-        attn_decode_palu_kernel<<<grid, kThreads, smem, ctx.stream>>>(a);
-        KVCOMP_CUDA_CHECK_LAUNCH();
+        launch_task_kernel(ctx, palu_kernel_for(p), p.n_tasks, a);
     }
     merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
 }

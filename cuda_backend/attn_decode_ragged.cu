@@ -242,6 +242,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
 constexpr int kMergeThreads = 256;
 constexpr int kMergeWarps = kMergeThreads / 32;
 constexpr int kMergeJ = 256 / 32;  // channels per lane (max_width <= 256, core/op.h)
+constexpr int kMergeRows = 8;      // task rows whose loads are in flight together
 
 __global__ void __launch_bounds__(kMergeThreads) ragged_merge_kernel(const ragged_merge_args a) {
     const int bc = int(blockIdx.x), i = int(blockIdx.y);
@@ -284,15 +285,27 @@ __global__ void __launch_bounds__(kMergeThreads) ragged_merge_kernel(const ragge
 #pragma unroll
         for (int j = 0; j < kMergeJ; ++j) acc[j] *= alpha;
         const int n_round = min(32, k_end - k0);
-#pragma unroll 4
-        for (int r = 0; r < n_round; ++r) {
-            const float w = __shfl_sync(full_mask, wt, r);
-            const int64_t rr = __shfl_sync(full_mask, row, r);
-            if (w == 0.0f) continue;  // uniform
-            const float * o = a.part_o + rr * a.max_width;
+        // kMergeRows rows at a time, all their loads issued before the first is used, so a warp
+        // waits on memory about once per group, not once per row (a skipped row was a branch the
+        // loads could not be hoisted over: 17.5 us for 66 tasks per head at batch 1 x 32K on an
+        // H200). A row of weight 0 (no tokens, or past the round) loads nothing and adds 0.
+        for (int r0 = 0; r0 < n_round; r0 += kMergeRows) {
+            float w[kMergeRows], v[kMergeRows][kMergeJ];
 #pragma unroll
-            for (int j = 0; j < kMergeJ; ++j)
-                if (lane + 32 * j < vw) acc[j] = fmaf(w, o[lane + 32 * j], acc[j]);
+            for (int u = 0; u < kMergeRows; ++u) {
+                const int r = r0 + u;
+                w[u] = __shfl_sync(full_mask, wt, r & 31);
+                const int64_t rr = __shfl_sync(full_mask, row, r & 31);
+                if (r >= n_round) w[u] = 0.0f;
+                const float * o = a.part_o + rr * a.max_width;
+#pragma unroll
+                for (int j = 0; j < kMergeJ; ++j)
+                    v[u][j] = w[u] != 0.0f && lane + 32 * j < vw ? o[lane + 32 * j] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < kMergeRows; ++u)
+#pragma unroll
+                for (int j = 0; j < kMergeJ; ++j) acc[j] = fmaf(w[u], v[u][j], acc[j]);
         }
     }
 
@@ -348,9 +361,26 @@ bool aligned16(const void * p) {
 // The warps' rings take kSmemBytes (64 KiB with 2 stages), past the 48 KiB default (the launcher
 // opts in). Occupancy on an H100 (228 KiB per SM): 3 blocks by shared memory; by registers (ptxas,
 // CUDA 13.0: 239 / 167 / 128 / 128 for QP = 8 / 4 / 2 / 1) 2 for QP = 8, 3 for QP = 4, 4 for QP <= 2.
-template <int QP>
-void launch_decode(context & ctx, const rdecode_args & a, dim3 grid) {
-    launch_ragged_kernel(ctx, attn_decode_ragged_kernel<QP>, grid, kSmemBytes, a);
+task_kernel<rdecode_args> simt_kernel_for(int group) {
+    const int qp = qp_for(group);
+    const unsigned chunks = unsigned((group + qp - 1) / qp);
+    switch (qp) {
+        case 1: return {attn_decode_ragged_kernel<1>, kThreads, kSmemBytes, chunks};
+        case 2: return {attn_decode_ragged_kernel<2>, kThreads, kSmemBytes, chunks};
+        case 4: return {attn_decode_ragged_kernel<4>, kThreads, kSmemBytes, chunks};
+        default: return {attn_decode_ragged_kernel<8>, kThreads, kSmemBytes, chunks};
+    }
+}
+
+// The task kernel run_attn_decode_ragged launches for this layout, except the SIMT kernel of 4-bit
+// pages (attn_decode_ragged_q4.cu, its own arguments): *q4_simt is set instead.
+task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bool * q4_simt) {
+    const bool mma = ragged_mma_requested() && ragged_mma_handles(l.max_width);
+    *q4_simt = l.bits == 4 && !mma;
+    if (mma)
+        return l.bits == 4 ? attn_decode_ragged_q4_mma_kernel_for(int(l.max_width), group)
+                           : attn_decode_ragged_mma_kernel_for(int(l.max_width), group);
+    return simt_kernel_for(group);
 }
 
 }  // namespace
@@ -411,39 +441,23 @@ rdecode_args ragged_decode_args(const op_desc & op) {
 
 void run_attn_decode_ragged(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
-    const ragged_layout & l = p.kv;
-    const bool mma = ragged_mma_requested() && ragged_mma_handles(l.max_width);
-    if (l.bits == 4 && !mma) return run_attn_decode_ragged_q4(ctx, op);  // its SIMT kernel
+    const int group = int(p.n_q_heads / p.kv.n_kv_heads);
+    bool q4_simt = false;
+    const task_kernel<rdecode_args> k = task_kernel_for(p.kv, group, &q4_simt);
+    if (q4_simt) return run_attn_decode_ragged_q4(ctx, op);
     rdecode_args a = ragged_decode_args(op);
-    const int group = a.group;
-    const int qp = qp_for(group);
-
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
-        if (mma) {
-            if (l.bits == 4)
-                launch_attn_decode_ragged_q4_mma(ctx, a);
-            else
-                launch_attn_decode_ragged_mma(ctx, a);
-            return merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
-        }
-        const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
-        switch (qp) {
-            case 1:
-                launch_decode<1>(ctx, a, grid);
-                break;
-            case 2:
-                launch_decode<2>(ctx, a, grid);
-                break;
-            case 4:
-                launch_decode<4>(ctx, a, grid);
-                break;
-            default:
-                launch_decode<8>(ctx, a, grid);
-                break;
-        }
+        launch_task_kernel(ctx, k, p.n_tasks, a);
     }
     merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
+}
+
+int64_t concurrent_rows_attn_decode_ragged(const attn_decode_ragged_params & p) {
+    const int group = int(p.n_q_heads / std::max<int64_t>(1, p.kv.n_kv_heads));
+    bool q4_simt = false;
+    const task_kernel<rdecode_args> k = task_kernel_for(p.kv, group, &q4_simt);
+    return q4_simt ? concurrent_rows_attn_decode_ragged_q4(group) : concurrent_task_rows(k);
 }
 
 }  // namespace kvcomp::cuda

@@ -206,12 +206,9 @@ bool ragged_mma_handles(int64_t max_width) {
     return max_width <= 128;
 }
 
-void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a) {
-    const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
-    if (a.max_width <= 64)
-        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<64>, grid, kSmemBytes, a);
-    else
-        launch_ragged_kernel(ctx, attn_decode_ragged_mma_kernel<128>, grid, kSmemBytes, a);
+task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(int max_width, int group) {
+    return {max_width <= 64 ? attn_decode_ragged_mma_kernel<64> : attn_decode_ragged_mma_kernel<128>,
+            kRaggedThreads, kSmemBytes, unsigned((group + QH - 1) / QH)};
 }
 
 }  // namespace kvcomp::cuda

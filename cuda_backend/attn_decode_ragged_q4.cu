@@ -213,6 +213,23 @@ support supports_attn_decode_ragged_q4(const op_desc & op) {
     return support::yes();
 }
 
+namespace {
+
+// QP query heads of the group per block share each K row's unpacking and each V row's reads.
+task_kernel<q4_args> q4_kernel_for(int group) {
+    const int qp = group >= 4 ? 4 : group >= 2 ? 2 : 1;
+    const unsigned chunks = unsigned((group + qp - 1) / qp);
+    if (qp == 4) return {attn_decode_ragged_q4_kernel<4>, kThreads, 0, chunks};
+    if (qp == 2) return {attn_decode_ragged_q4_kernel<2>, kThreads, 0, chunks};
+    return {attn_decode_ragged_q4_kernel<1>, kThreads, 0, chunks};
+}
+
+}  // namespace
+
+int64_t concurrent_rows_attn_decode_ragged_q4(int group) {
+    return concurrent_task_rows(q4_kernel_for(group));
+}
+
 void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const ragged_layout & l = p.kv;
@@ -238,16 +255,7 @@ void run_attn_decode_ragged_q4(context & ctx, const op_desc & op) {
     a.qscale = p.scale * kLog2e;
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
-        // QP query heads of the group per block share each K row's unpacking and each V row's reads.
-        const int qp = group >= 4 ? 4 : group >= 2 ? 2 : 1;
-        const dim3 grid(unsigned(p.n_tasks), unsigned((group + qp - 1) / qp));
-        if (qp == 4)
-            attn_decode_ragged_q4_kernel<4><<<grid, kThreads, 0, ctx.stream>>>(a);
-        else if (qp == 2)
-            attn_decode_ragged_q4_kernel<2><<<grid, kThreads, 0, ctx.stream>>>(a);
-        else
-            attn_decode_ragged_q4_kernel<1><<<grid, kThreads, 0, ctx.stream>>>(a);
-        KVCOMP_CUDA_CHECK_LAUNCH();
+        launch_task_kernel(ctx, q4_kernel_for(group), p.n_tasks, a);
     }
     merge_ragged_rows(ctx, a, int(p.batch), group, int(p.n_tasks));
 }

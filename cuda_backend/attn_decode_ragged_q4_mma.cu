@@ -245,12 +245,9 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_q4_mma_k
 
 }  // namespace
 
-void launch_attn_decode_ragged_q4_mma(context & ctx, const rdecode_args & a) {
-    const dim3 grid(unsigned(a.n_tasks), unsigned((a.group + QH - 1) / QH));
-    if (a.max_width <= 64)
-        launch_ragged_kernel(ctx, attn_decode_ragged_q4_mma_kernel<64>, grid, kSmemBytes, a);
-    else
-        launch_ragged_kernel(ctx, attn_decode_ragged_q4_mma_kernel<128>, grid, kSmemBytes, a);
+task_kernel<rdecode_args> attn_decode_ragged_q4_mma_kernel_for(int max_width, int group) {
+    return {max_width <= 64 ? attn_decode_ragged_q4_mma_kernel<64> : attn_decode_ragged_q4_mma_kernel<128>,
+            kRaggedThreads, kSmemBytes, unsigned((group + QH - 1) / QH)};
 }
 
 }  // namespace kvcomp::cuda

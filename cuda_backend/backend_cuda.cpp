@@ -238,6 +238,13 @@ class cuda_backend : public backend {
     }
 
   protected:
+    int64_t concurrent_workgroups(const op_params & params) const override {
+        device_guard g(ctx_.device);
+        if (const auto * p = std::get_if<attn_decode_ragged_params>(&params)) return concurrent_rows_attn_decode_ragged(*p);
+        if (const auto * p = std::get_if<attn_decode_palu_params>(&params)) return concurrent_rows_attn_decode_palu(*p);
+        return backend::concurrent_workgroups(params);
+    }
+
     void run_checked(const op_desc & op) override {
         device_guard g(ctx_.device);
         if (profile_) profile_->begin(ctx_.stream);

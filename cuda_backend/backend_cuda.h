@@ -107,6 +107,11 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op);
 void run_attn_prefill_ragged(context & ctx, const op_desc & op);
 void run_attn_decode_palu(context & ctx, const op_desc & op);
 
+// Schedule rows of the ragged decode ops that run at once on the current device
+// (backend::concurrent_workgroups).
+int64_t concurrent_rows_attn_decode_ragged(const attn_decode_ragged_params & p);
+int64_t concurrent_rows_attn_decode_palu(const attn_decode_palu_params & p);
+
 // Shape limits of the kernels that have any (the rest take every shape check_op accepts).
 support supports_gemm(const op_desc & op);
 support supports_attn_decode(const op_desc & op);

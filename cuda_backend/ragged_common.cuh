@@ -12,6 +12,8 @@
 // kernel skips it; zero tasks give zeros.
 #pragma once
 
+#include <algorithm>
+
 #include "common.cuh"
 
 namespace kvcomp::cuda {
@@ -47,6 +49,45 @@ __device__ __forceinline__ int request_len(const int32_t * indptr, const int32_t
     return n_pg <= 0 ? 0 : (n_pg - 1) * page_size + last;
 }
 
+// One decode-task kernel as it is launched: blocks of `threads` with `smem` bytes of dynamic shared
+// memory (opted into past the 48 KiB default), `head_chunks` blocks per schedule row (grid y, the
+// query heads of the row's group in chunks). Launch and occupancy query take the same description,
+// so the concurrency a host scheduler plans for (backend::concurrent_workgroups) is the one of the
+// kernel that runs.
+template <typename Args>
+struct task_kernel {
+    void (*fn)(Args);
+    int threads;
+    size_t smem;
+    unsigned head_chunks;
+};
+
+template <typename Args>
+void opt_into_smem(const task_kernel<Args> & k) {
+    if (k.smem > 48 * 1024)
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)));
+}
+
+// One block per (schedule row, head chunk).
+template <typename Args>
+void launch_task_kernel(context & ctx, const task_kernel<Args> & k, int64_t n_tasks, const Args & a) {
+    opt_into_smem(k);
+    k.fn<<<dim3(unsigned(n_tasks), k.head_chunks), unsigned(k.threads), k.smem, ctx.stream>>>(a);
+    KVCOMP_CUDA_CHECK_LAUNCH();
+}
+
+// Schedule rows whose blocks are resident at once on the current device: SMs x blocks per SM (the
+// occupancy calculator: registers, shared memory, threads) / head chunks, at least 1.
+template <typename Args>
+int64_t concurrent_task_rows(const task_kernel<Args> & k) {
+    opt_into_smem(k);
+    int device = 0, sms = 0, per_sm = 0;
+    KVCOMP_CUDA_CHECK(cudaGetDevice(&device));
+    KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.fn, k.threads, k.smem));
+    return std::max<int64_t>(1, int64_t(sms) * per_sm / std::max(1u, k.head_chunks));
+}
+
 // Arguments of the merge of decode partials (see the banner).
 struct ragged_merge_args {
     const float * part_o;
@@ -64,6 +105,7 @@ void launch_ragged_merge(context & ctx, const ragged_merge_args & a);
 // attn_decode_ragged.cu.
 support supports_attn_decode_ragged_q4(const op_desc & op);
 void run_attn_decode_ragged_q4(context & ctx, const op_desc & op);
+int64_t concurrent_rows_attn_decode_ragged_q4(int group);
 
 // Bytes of the partials of n_tasks tasks (part_o then part_lse, each 256-byte aligned).
 inline size_t ragged_partials_bytes(int64_t n_tasks, int64_t group, int64_t max_width, size_t * lse_offset) {

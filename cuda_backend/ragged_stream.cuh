@@ -352,17 +352,6 @@ struct tile_stream {
     }
 };
 
-// Launches a ragged decode kernel (kRaggedThreads per block, one block per schedule row and head
-// chunk) with `smem` bytes of dynamic shared memory, opting in first where that exceeds the 48 KiB
-// default.
-template <typename Kernel>
-void launch_ragged_kernel(context & ctx, Kernel kernel, dim3 grid, size_t smem, const rdecode_args & a) {
-    if (smem > 48 * 1024)
-        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    kernel<<<grid, kRaggedThreads, smem, ctx.stream>>>(a);
-    KVCOMP_CUDA_CHECK_LAUNCH();
-}
-
 // The kernel arguments of an attn_decode_ragged op (f16 or 4-bit pages; attn_decode_ragged.cu).
 rdecode_args ragged_decode_args(const op_desc & op);
 // KVCOMP_RAGGED_DECODE: false when the SIMT kernels are forced.
@@ -370,8 +359,9 @@ bool ragged_mma_requested();
 // The tensor-core kernels: layouts whose widest head is <= 128, f16 pages
 // (attn_decode_ragged_mma.cu) and 4-bit pages (attn_decode_ragged_q4_mma.cu).
 bool ragged_mma_handles(int64_t max_width);
-// Enqueue them over a's n_tasks schedule rows (partials taken; the caller merges).
-void launch_attn_decode_ragged_mma(context & ctx, const rdecode_args & a);
-void launch_attn_decode_ragged_q4_mma(context & ctx, const rdecode_args & a);
+// Their kernels for a layout's widest head and a GQA group (launch_task_kernel over the schedule
+// rows, partials taken; the caller merges).
+task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(int max_width, int group);
+task_kernel<rdecode_args> attn_decode_ragged_q4_mma_kernel_for(int max_width, int group);
 
 }  // namespace kvcomp::cuda

@@ -1,5 +1,7 @@
 #include "core/backend.h"
 
+#include <algorithm>
+
 namespace kvcomp {
 
 void backend::run(const op_desc & op) {
@@ -15,6 +17,10 @@ void backend::run(const op_desc & op) {
     const support s = supports(op);
     if (!s.ok) KVCOMP_THROW(status::unsupported, describe(op), ": not supported on ", name(), ": ", s.reason);
     run_checked(op);
+}
+
+int64_t backend::concurrent_workgroups(const op_params &) const {
+    return std::max(1, info().compute_units);
 }
 
 }  // namespace kvcomp

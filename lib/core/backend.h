@@ -87,6 +87,13 @@ public:
     virtual void timer_start() = 0;
     virtual double timer_stop_ms() = 0;
 
+    // How many work-groups of an op with these parameters the device runs at once, over all its
+    // compute units: what a host scheduler that cuts work into waves plans for (the decode task
+    // lists of host/lowrank/decode_schedule.h, one work-group per task). An op that launches several
+    // work-groups per task counts tasks. Default: one per compute unit; CUDA asks its occupancy
+    // calculator about the kernel run() would pick.
+    virtual int64_t concurrent_workgroups(const op_params & params) const;
+
 protected:
     virtual void run_checked(const op_desc & op) = 0;  // op already validated
 };

@@ -55,7 +55,7 @@ class lowrank_method : public kv_method {
         // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
         rope_theta_ = float(cfg.rope.theta);
         freq_factors_ = m.weights.freq_factors.get();
-        n_workers_ = std::max(1, be.info().compute_units) * c_.worker_scale;
+        compute_units_ = std::max(1, be.info().compute_units);
     }
 
     const layer_projection * projection(int64_t layer) const override {
@@ -318,7 +318,6 @@ class lowrank_method : public kv_method {
         }
         hl::decode_schedule_options opt;
         opt.policy = c_.balanced_schedule ? hl::decode_policy::balanced : hl::decode_policy::plain;
-        opt.n_workers = n_workers_;
         opt.stats = false;
         std::vector<int32_t> host;
         sched_.resize(plan_.layers.size());
@@ -333,6 +332,8 @@ class lowrank_method : public kv_method {
                 sc.schedule_at = sched_[same].schedule_at, sc.merge_at = sched_[same].merge_at;
                 continue;
             }
+            if (sc.workers == 0) sc.workers = workers_for(be, L, s.batch);
+            opt.n_workers = sc.workers;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
                                hl::schedule_cut_reusable(sc.searched_lens, lens);
             hl::decode_schedule ds = reuse ? hl::schedule_with_parts(lens, L.k, L.v, sc.parts, opt)
@@ -349,7 +350,24 @@ class lowrank_method : public kv_method {
         be.upload(*sched_buf_, 0, host.data(), host.size() * 4);
     }
 
+    // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
+    // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
+    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200).
+    int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
+        if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
+        if (rebuilds_keys(L)) {
+            attn_decode_palu_params p;
+            p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
+            p.rot_dim = shape_.head_dim;
+            return be.concurrent_workgroups(p);
+        }
+        attn_decode_ragged_params p;
+        p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads;
+        return be.concurrent_workgroups(p);
+    }
+
     struct step_schedule {
+        int64_t workers = 0;  // workers_for, asked once
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
         // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.
@@ -365,7 +383,7 @@ class lowrank_method : public kv_method {
     uint64_t weight_bytes_ = 0;
     float rope_theta_ = 10000.0f;
     buffer * freq_factors_ = nullptr;
-    int n_workers_ = 1;
+    int compute_units_ = 1;
 
     kv_shape shape_;
     std::vector<buffer_ptr> k_, v_;

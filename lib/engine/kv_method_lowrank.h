@@ -55,10 +55,11 @@ struct lowrank_method_config {
     lowrank_choice choice;
     bool balanced_schedule =
         true;  // decode tasks balanced over the compute units (else one per (request, head))
-    // The balanced schedule's workers per compute unit. 1 treats an SM as one worker; the CUDA
-    // tensor-core decodes keep 3 blocks per SM, and 2 or 3 were faster at batch 16 on an H200 while
-    // 1 was faster at batch 1 x 128K (docs/RESULTS.md, "more workers than SMs").
-    int worker_scale = 1;
+    // The balanced schedule's workers per compute unit; 0 (workers=auto) asks the backend how many
+    // decode tasks run at once (backend::concurrent_workgroups). 1 treats a compute unit as one
+    // worker, which undercounts where several blocks share an SM: the CUDA tensor-core decodes
+    // keep 3 per SM (docs/RESULTS.md, "more workers than SMs").
+    int worker_scale = 0;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to

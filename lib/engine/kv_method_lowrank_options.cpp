@@ -6,8 +6,10 @@
 //   rank_multiple=16     rounding of re-chosen ranks (only with removal_rate or compression)
 //   schedule=balanced|plain   decode task schedule (balanced: over the compute units; plain: one
 //                        task per (request, KV head) in order); results agree up to rounding
-//   workers=1            balanced schedule: workers per compute unit, 1..16 (tasks are cut and
-//                        ordered for compute_units x workers; results agree up to rounding)
+//   workers=auto|N       balanced schedule: the workers tasks are cut and ordered for. auto
+//                        (default): as many as the backend runs at once (on CUDA SMs x resident
+//                        blocks of the decode kernel; elsewhere the compute units); N in 1..16:
+//                        compute_units x N. Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -21,6 +23,7 @@
 //                        load (ZACK Lemma 1; no online projection of q and k there); 0 keeps the
 //                        online projection (zack/fdc; same attention up to rounding; palu refuses
 //                        0 on a model with such layers). No effect on a model whose layers all use RoPE.
+#include <cstdlib>
 #include <string>
 
 #include "engine/kv_method_lowrank.h"
@@ -44,7 +47,14 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.choice.rank_multiple = r.integer("rank_multiple", 16, 1, max_ragged_width);
     c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
     const bool workers_given = r.has("workers");
-    c.worker_scale = int(r.integer("workers", 1, 1, 16));
+    const std::string workers = r.text("workers", "auto");
+    if (workers != "auto") {
+        char * end = nullptr;
+        const long v = std::strtol(workers.c_str(), &end, 10);
+        KVCOMP_CHECK_ARG(*end == '\0' && v >= 1 && v <= 16, "method ", name, ": option workers=", workers,
+                         " must be auto or an integer in [1, 16]");
+        c.worker_scale = int(v);
+    }
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));

@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -453,6 +455,35 @@ TEST_P(lowrank_ops, output_is_independent_of_the_schedule) {
     s.merge.insert(s.merge.end(), order.begin(), order.end());
     EXPECT_LT(nmse(decode_ragged(*be, u.pt, u.heads, n_q, u.q, u.kp, u.vp, s, scale), ref), 1e-10)
         << "random schedule";
+}
+
+// What the engine's workers=auto cuts its decode schedules for: at least one task per compute unit,
+// and no more than an SM holds blocks (32 on every CUDA GPU so far); on CUDA, the tensor-core kernel
+// of 4 warps and 72 KiB keeps 3 per SM where 228 KiB of shared memory fit them (sm_80+: H100, H200).
+TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
+    const int64_t cu = std::max(1, be->info().compute_units);
+    for (int bits : {16, 4})
+        for (int64_t max_width : {int64_t(64), int64_t(128), int64_t(256)}) {
+            attn_decode_ragged_params p;
+            p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = max_width, p.kv.bits = bits;
+            p.kv.k_total = p.kv.v_total = 8 * max_width;
+            p.n_q_heads = 32;
+            const int64_t n = be->concurrent_workgroups(p);
+            EXPECT_GE(n, cu) << bits << "-bit pages, widest head " << max_width;
+            EXPECT_LE(n, 32 * cu) << bits << "-bit pages, widest head " << max_width;
+            if (be->info().api != "CUDA") {
+                EXPECT_EQ(n, cu) << "one work-group per compute unit";
+            }
+        }
+    if (be->info().api == "CUDA" && be->info().api_version.find("compute capability 9.0") != std::string::npos) {
+        attn_decode_ragged_params p;
+        p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 128, p.kv.k_total = 512, p.kv.v_total = 384;
+        p.n_q_heads = 32;
+        const char * v = std::getenv("KVCOMP_RAGGED_DECODE");
+        if (!v || std::string(v) != "simt") {
+            EXPECT_EQ(be->concurrent_workgroups(p), 3 * cu) << "tensor-core decode, sm_90";
+        }
+    }
 }
 
 // (5) The scale is the passed one: an independent fp64 reference with 1/sqrt(128) matches, the same
