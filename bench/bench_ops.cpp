@@ -46,6 +46,7 @@ struct options {
     // Low-rank decode schedules: for compute_units x each; 0 = auto (the backend's concurrent tasks,
     // what the engine's default workers=auto plans for).
     std::vector<int64_t> worker_scales{0};
+    std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
     std::string sweep_rows;                                     // regex over their row names
     int reps = 20, warmup = 3;
@@ -71,6 +72,8 @@ void usage() {
         "                    decode_lowrank_*_xS_*, auto rows have no suffix; each profile also\n"
         "                    runs decode_lowrank_q4_balanced_* (kv_bits=4 pages, core/ragged_q4.h;\n"
         "                    bytes = the q4 rows read)\n"
+        "  --waves LIST      low-rank balanced decode: the schedule search's largest wave counts\n"
+        "                    (default 4; rows of w != 4 end in _wW before the profile)\n"
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
         "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
@@ -184,6 +187,8 @@ bool parse(int argc, char ** argv, options & o) {
                 if (v == "auto") o.worker_scales.push_back(0);
                 else for (int64_t n : parse_sizes(v)) o.worker_scales.push_back(n);
             }
+        } else if (a == "--waves") {
+            o.waves = parse_sizes(value());
         } else if (a == "--sweep-rows") {
             o.sweep_rows = value();
             std::regex check(o.sweep_rows);  // throws std::regex_error on a bad pattern
@@ -384,6 +389,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     // fp16 kernels do to keep enough loads in flight.
     for (const auto & prof : profiles)
         for (int64_t scale : sweep("lowrank") ? o.worker_scales : std::vector<int64_t>{})
+            for (int64_t waves : o.waves)
             for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
                 for (int64_t batch : o.batches)
                     for (int64_t ctx : o.contexts) {
@@ -391,12 +397,14 @@ bool bench_device(const device_entry & dev, const options & o) {
                                                              "decode_lowrank_balanced_", "decode_palu_",
                                                              "decode_lowrank_q4_balanced_"};
                         const std::string name = std::string(names[kind]) +
-                                                 (scale > 0 ? "x" + std::to_string(scale) + "_" : "") + prof.name;
+                                                 (scale > 0 ? "x" + std::to_string(scale) + "_" : "") +
+                                                 (waves != 4 ? "w" + std::to_string(waves) + "_" : "") + prof.name;
                         if (!sweep_row(name)) continue;
                         ragged_spec rs;
                         rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
                         rs.lens.assign(size_t(batch), ctx);
                         rs.extra_pages = 0;
+                        rs.waves = waves;
                         if (kind == 3) rs.bits = 4;
                         rs.workers = scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * scale
                                                : concurrent_decode_tasks(*be, rs, kind == 2);

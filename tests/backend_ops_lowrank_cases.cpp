@@ -318,6 +318,7 @@ class ragged_decode_case : public test_case {
         o.policy = s.policy;
         o.n_workers = s.workers;
         o.min_chunk_tokens = s.min_chunk_tokens;
+        o.waves = s.waves;
         sched_ = lr::build_decode_schedule(s.lens, s.k_widths, s.v_widths, o);
         const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths), g = s.group;
         add_tensor("q", dtype::f32, {batch_, palu ? n_kv_ * g * s.head_dim : g * kt}, tensor_role::input);

@@ -25,6 +25,7 @@ struct ragged_spec {
     int bits = 16;  // kv_append_ragged / attn_decode_ragged pages: 16 (f16) or 4 (core/ragged_q4.h)
     // The decode schedule's shortest task (decode_schedule_options): small ones give many tasks per row.
     int64_t min_chunk_tokens = 256;
+    int64_t waves = 4;  // the balanced search's largest wave count (decode_schedule_options::waves)
     // Keys of token j of a request of n tokens scaled by 1 + key_ramp * j / n: scores that keep
     // growing along the sequence, so a decode's running max moves in later tiles and tasks too (with
     // unscaled normal keys it settles in the first tile; the CUDA tensor-core softmax moves it only
