@@ -245,7 +245,7 @@ constexpr int kMergeWarps = kMergeThreads / 32;
 // J: channels per lane, 4 for layouts whose widest head is <= 128, else 8 (max_width <= 256,
 // core/op.h). The loads in flight take R x J = 32 registers (R = 8 rows at J = 4): J = 8 and R = 8
 // for every layout took 128 registers and half the resident blocks (9.7 instead of 5.8 us at batch
-// 16 x 32K on an H200).
+// 16 x 32K on an H200). R = 1 for rows of few tasks (the launcher).
 template <int J, int R = 32 / J>
 __global__ void __launch_bounds__(kMergeThreads, 3) ragged_merge_kernel(const ragged_merge_args a) {
     const int bc = int(blockIdx.x), i = int(blockIdx.y);
@@ -390,10 +390,20 @@ task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bo
 
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
     const dim3 grid(unsigned(a.batch * a.n_kv_heads), unsigned(a.group));
-    if (a.max_width <= 128)
-        ragged_merge_kernel<4><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
-    else
-        ragged_merge_kernel<8><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
+    // Rows of at most 8 tasks (batch 16: ~5) give each warp at most one: nothing to keep in flight,
+    // and R = 1 keeps the registers of the kernel before (more resident blocks).
+    const bool deep = int64_t(a.n_tasks) > 8 * int64_t(a.batch) * a.n_kv_heads;
+    if (a.max_width <= 128) {
+        if (deep)
+            ragged_merge_kernel<4><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
+        else
+            ragged_merge_kernel<4, 1><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
+    } else {
+        if (deep)
+            ragged_merge_kernel<8><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
+        else
+            ragged_merge_kernel<8, 1><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
+    }
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 
