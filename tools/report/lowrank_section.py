@@ -13,6 +13,7 @@
   bench_ops_ab_h200.csv       one visit timing three binaries interleaved, two runs each (the commits before and
                               after this session's decode changes), every decode kernel next to fp16
   bench_ops_worker_scales_h200.csv  the balanced schedule built for compute_units x s workers, s = 1..6
+  bench_ops_{workers,waves,merge_ab}_h200.csv  workers=auto, the wave count, the merge (schedule_section.py)
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
 Every number is read from those files; nothing is typed here.
 """
@@ -21,6 +22,7 @@ import re
 
 from bench_table import bench_points, bench_vs_none
 from results_data import provenance, read_dicts
+from schedule_section import schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv")  # kept out of the generic sections
@@ -330,6 +332,7 @@ def lowrank_section(data_dir, results):
                              _mma_caption)
     kernels += _ab(read_dicts(os.path.join(data_dir, "bench_ops_ab_h200.csv")))
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
+    kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
     body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:

@@ -1,0 +1,91 @@
+"""The balanced decode schedule's worker count and wave count (issue 5, docs/RESULTS.md), from
+  bench_ops_workers_h200.csv    35f52fe (schedule for 1 x SMs, the merge before) and the binary with
+                                workers=auto (backend::concurrent_workgroups), s = 1, 2, 3, one run each
+  bench_ops_waves_h200.csv      the balanced search's largest wave count (bench_ops --waves 1,2,4) at auto and 2 x SMs
+  bench_ops_merge_ab_h200.csv   35f52fe and the merge with 32 registers of loads in flight, interleaved, two runs
+Every number is read from those files; nothing is typed here.
+"""
+import os
+import re
+
+from results_data import read_dicts
+
+_ROW = re.compile(r"decode_lowrank_(q4_)?balanced_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
+
+
+def _column(r, base):
+    """The table column of a balanced decode row: its binary, worker count and wave count."""
+    m = _ROW.match(r["op"])
+    if not m:
+        return None, None
+    key = ("q4" if m.group(1) else "f16", m.group(4), int(r["batch"]), int(r["context"]))
+    if r["commit"].startswith(base):
+        col = f"`{base}` 1×SMs"
+    else:
+        col = (f"{m.group(2)}×SMs" if m.group(2) else "auto") + (f", w ≤ {m.group(3)}" if m.group(3) else "")
+    return key, col
+
+
+def schedule_table(rows, base, title, caption):
+    """Mean time and fraction of copy per (pages, profile, batch, context) and column; the fp16 decode of
+    the same runs in the last column."""
+    cells, cols, fp16 = {}, [], {}
+    for r in rows:
+        if not r["time_ms"] or r["op"] == "copy_bw":
+            continue
+        if r["op"] == "decode_fp16":
+            fp16.setdefault((int(r["batch"]), int(r["context"])), []).append(float(r["time_ms"]))
+            continue
+        key, col = _column(r, base)
+        if key is None:
+            continue
+        if col not in cols:
+            cols.append(col)
+        cells.setdefault(key, {}).setdefault(col, []).append((float(r["time_ms"]), float(r["fraction_of_copy"])))
+    if not cells:
+        return []
+    out = [title, "", caption, "",
+           "| pages | profile | batch | context | " + " | ".join(cols) + " | fp16 decode |",
+           "|---|---|---|---|" + "---|" * (len(cols) + 1)]
+    for key in sorted(cells):
+        by = cells[key]
+        row = []
+        for c in cols:
+            v = by.get(c)
+            row.append(f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})" if v else "–")
+        f = fp16.get(key[2:])
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(row) +
+                   (f" | {sum(f) / len(f):.4f} |" if f else " | – |"))
+    return out + [""]
+
+
+def schedule_section(data_dir):
+    workers = read_dicts(os.path.join(data_dir, "bench_ops_workers_h200.csv"))
+    waves = read_dicts(os.path.join(data_dir, "bench_ops_waves_h200.csv"))
+    merge = read_dicts(os.path.join(data_dir, "bench_ops_merge_ab_h200.csv"))
+    out = []
+    if workers:
+        new = next(r["commit"] for r in workers if not r["commit"].startswith("35f52fe"))
+        out += schedule_table(
+            workers, "35f52fe", "### workers=auto: the schedule cut for the decode tasks that run at once (H200)",
+            f"bench_ops on {workers[0]['device']}, {workers[0]['date'][:10]}, one run per binary "
+            f"(`docs/data/bench_ops_workers_h200.csv`): `35f52fe` cuts the balanced schedule for 1 × SMs "
+            f"workers; `{new}` for the tasks the backend runs at once (auto: SMs × resident blocks of the "
+            "kernel = 3 × 132 for the tensor-core decodes) or s × SMs, with the merge that keeps 8 rows' loads in "
+            "flight. Cells: ms (fraction of copy). `35f52fe` and 1×SMs differ only in the merge kernel.")
+    if waves:
+        out += schedule_table(
+            waves, "35f52fe", "### The search's wave count (bench_ops --waves, H200)",
+            f"The balanced search tries cuts for w = 1 .. W waves of the workers and keeps the smallest LPT makespan "
+            f"(`{waves[0]['commit']}`, {waves[0]['date'][:10]}, one run, `docs/data/bench_ops_waves_h200.csv`). "
+            "Columns without w: w ≤ 4, the default. Cells: ms (fraction of copy).")
+    if merge:
+        final = next(r["commit"] for r in merge if not r["commit"].startswith("35f52fe"))
+        out += schedule_table(
+            merge, "35f52fe", "### The merge kernel, interleaved A/B (H200)",
+            f"Two passes of each binary, one after the other (`{merge[0]['date'][:10]}`, "
+            "`docs/data/bench_ops_merge_ab_h200.csv`, mean of the two): `35f52fe` against "
+            f"`{final}`, whose merge keeps R × J = 32 registers of loads in flight for rows of more than 8 tasks "
+            "(one row otherwise), at the same schedule (1×SMs: only the merge differs) and at auto, the new default. "
+            "Cells: ms (fraction of copy).")
+    return out
