@@ -22,7 +22,7 @@ import re
 
 from bench_table import bench_points, bench_vs_none
 from results_data import provenance, read_dicts
-from schedule_section import schedule_section
+from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv")  # kept out of the generic sections
@@ -303,11 +303,7 @@ def _worker_scales(rows):
            "| pages | profile | batch | context | " + " | ".join(f"s = {s}" for s in sc) + " |",
            "|---|---|---|---|" + "---|" * len(sc)]
     for key in sorted(cells):
-        by = cells[key]
-        row = []
-        for s in sc:
-            v = by.get(s)
-            row.append(f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})" if v else "–")
+        row = [mean_cell(cells[key].get(s)) for s in sc]
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(row) + " |")
     return out + [""]
 

@@ -26,6 +26,13 @@ def _column(r, base):
     return key, col
 
 
+def mean_cell(v):
+    """'ms (fraction of copy)' of a list of (time_ms, fraction) runs, their means; '–' when empty."""
+    if not v:
+        return "–"
+    return f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})"
+
+
 def schedule_table(rows, base, title, caption):
     """Mean time and fraction of copy per (pages, profile, batch, context) and column; the fp16 decode of
     the same runs in the last column."""
@@ -48,11 +55,7 @@ def schedule_table(rows, base, title, caption):
            "| pages | profile | batch | context | " + " | ".join(cols) + " | fp16 decode |",
            "|---|---|---|---|" + "---|" * (len(cols) + 1)]
     for key in sorted(cells):
-        by = cells[key]
-        row = []
-        for c in cols:
-            v = by.get(c)
-            row.append(f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})" if v else "–")
+        row = [mean_cell(cells[key].get(c)) for c in cols]
         f = fp16.get(key[2:])
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(row) +
                    (f" | {sum(f) / len(f):.4f} |" if f else " | – |"))
