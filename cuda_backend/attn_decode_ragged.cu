@@ -239,15 +239,15 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdec
 // in a fixed order (deterministic). (The previous kernel gave each output channel one thread that
 // walked every task twice through dependent loads: 176 us for 66 tasks per head at batch 1 x 32K
 // on an H200, 2.6x the decode kernel it followed.)
-constexpr int kMergeThreads = 256;
-constexpr int kMergeWarps = kMergeThreads / 32;
 
 // J: channels per lane, 4 for layouts whose widest head is <= 128, else 8 (max_width <= 256,
 // core/op.h). The loads in flight take R x J = 32 registers (R = 8 rows at J = 4): J = 8 and R = 8
 // for every layout took 128 registers and half the resident blocks (9.7 instead of 5.8 us at batch
-// 16 x 32K on an H200). R = 1 for rows of few tasks (the launcher).
-template <int J, int R = 32 / J>
-__global__ void __launch_bounds__(kMergeThreads, 3) ragged_merge_kernel(const ragged_merge_args a) {
+// 16 x 32K on an H200). R = 1 for rows of few tasks; W = 16 warps for rows of many (batch 1, where
+// 32 blocks merge 66-198 tasks each and a warp's share of them is the critical path).
+template <int J, int R, int W>
+__global__ void __launch_bounds__(W * 32, W <= 8 ? 3 : 1) ragged_merge_kernel(const ragged_merge_args a) {
+    constexpr int kMergeWarps = W, kMergeThreads = W * 32;
     const int bc = int(blockIdx.x), i = int(blockIdx.y);
     const int b = bc / a.n_kv_heads, c = bc % a.n_kv_heads;
     const int ptr = a.batch * a.n_kv_heads + 1;
@@ -388,22 +388,31 @@ task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bo
 
 }  // namespace
 
+namespace {
+
+template <int J>
+void launch_merge(context & ctx, dim3 grid, int depth, const ragged_merge_args & a) {
+    if (depth == 0)
+        ragged_merge_kernel<J, 1, 8><<<grid, 8 * 32, 0, ctx.stream>>>(a);
+    else if (depth == 1)
+        ragged_merge_kernel<J, 32 / J, 8><<<grid, 8 * 32, 0, ctx.stream>>>(a);
+    else
+        ragged_merge_kernel<J, 32 / J, 16><<<grid, 16 * 32, 0, ctx.stream>>>(a);
+}
+
+}  // namespace
+
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a) {
     const dim3 grid(unsigned(a.batch * a.n_kv_heads), unsigned(a.group));
-    // Rows of at most 8 tasks (batch 16: ~5) give each warp at most one: nothing to keep in flight,
-    // and R = 1 keeps the registers of the kernel before (more resident blocks).
-    const bool deep = int64_t(a.n_tasks) > 8 * int64_t(a.batch) * a.n_kv_heads;
-    if (a.max_width <= 128) {
-        if (deep)
-            ragged_merge_kernel<4><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
-        else
-            ragged_merge_kernel<4, 1><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
-    } else {
-        if (deep)
-            ragged_merge_kernel<8><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
-        else
-            ragged_merge_kernel<8, 1><<<grid, kMergeThreads, 0, ctx.stream>>>(a);
-    }
+    // Tasks per (request, KV head): at most 8 (batch 16: ~5) give each warp at most one row, nothing to
+    // keep in flight, and R = 1 keeps the registers low (more resident blocks); more than 64 (batch 1)
+    // take 16 warps.
+    const int64_t rows = std::max<int64_t>(1, int64_t(a.batch) * a.n_kv_heads);
+    const int depth = a.n_tasks <= 8 * rows ? 0 : a.n_tasks <= 64 * rows ? 1 : 2;
+    if (a.max_width <= 128)
+        launch_merge<4>(ctx, grid, depth, a);
+    else
+        launch_merge<8>(ctx, grid, depth, a);
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 

@@ -557,6 +557,15 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             s.bits = 4;
             add(std::make_unique<ragged_decode_case>(s, false));
         }
+        // Rows of more than 64 tasks on average (325 each; the CUDA merge's 16-warp variant), heads no
+        // wider than 128 (the tensor-core decodes), f16 and q4 pages.
+        {
+            ragged_spec s = rs({24, 40}, {9, 120}, 4, {2600, 2600}, P::plain, 400);
+            s.min_chunk_tokens = 8;
+            add(std::make_unique<ragged_decode_case>(s, false));
+            s.bits = 4;
+            add(std::make_unique<ragged_decode_case>(s, false));
+        }
         // Rising scores (keys up to 21x): the running max moves through the whole sequence, in every
         // task of a row and in the tiles after a task's first, on f16 and q4 pages.
         {
