@@ -3,6 +3,8 @@
                                 workers=auto (backend::concurrent_workgroups), s = 1, 2, 3, one run each
   bench_ops_waves_h200.csv      the balanced search's largest wave count (bench_ops --waves 1,2,4) at auto and 2 x SMs
   bench_ops_merge_ab_h200.csv   35f52fe and the merge with 32 registers of loads in flight, interleaved, two runs
+  bench_ops_merge16_ab_h200.csv  that merge and the one with 16 warps for rows of > 64 tasks, batch 1, two runs
+  bench_ops_palu_workers_h200.csv  Palu's decode at auto and 1 x SMs, two runs
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -10,17 +12,18 @@ import re
 
 from results_data import read_dicts
 
-_ROW = re.compile(r"decode_lowrank_(q4_)?balanced_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
+_ROW = re.compile(r"decode_(lowrank_balanced|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
+_PAGES = {"lowrank_balanced": "f16", "lowrank_q4_balanced": "q4", "palu": "palu (f16 latent K)"}
 
 
-def _column(r, base):
+def _column(r, base, base_label):
     """The table column of a balanced decode row: its binary, worker count and wave count."""
     m = _ROW.match(r["op"])
     if not m:
         return None, None
-    key = ("q4" if m.group(1) else "f16", m.group(4), int(r["batch"]), int(r["context"]))
-    if r["commit"].startswith(base):
-        col = f"`{base}` 1×SMs"
+    key = (_PAGES[m.group(1)], m.group(4), int(r["batch"]), int(r["context"]))
+    if base and r["commit"].startswith(base):
+        col = f"`{base}` {base_label}"
     else:
         col = (f"{m.group(2)}×SMs" if m.group(2) else "auto") + (f", w ≤ {m.group(3)}" if m.group(3) else "")
     return key, col
@@ -33,7 +36,7 @@ def mean_cell(v):
     return f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})"
 
 
-def schedule_table(rows, base, title, caption):
+def schedule_table(rows, base, title, caption, base_label="1×SMs"):
     """Mean time and fraction of copy per (pages, profile, batch, context) and column; the fp16 decode of
     the same runs in the last column."""
     cells, cols, fp16 = {}, [], {}
@@ -43,7 +46,7 @@ def schedule_table(rows, base, title, caption):
         if r["op"] == "decode_fp16":
             fp16.setdefault((int(r["batch"]), int(r["context"])), []).append(float(r["time_ms"]))
             continue
-        key, col = _column(r, base)
+        key, col = _column(r, base, base_label)
         if key is None:
             continue
         if col not in cols:
@@ -66,6 +69,8 @@ def schedule_section(data_dir):
     workers = read_dicts(os.path.join(data_dir, "bench_ops_workers_h200.csv"))
     waves = read_dicts(os.path.join(data_dir, "bench_ops_waves_h200.csv"))
     merge = read_dicts(os.path.join(data_dir, "bench_ops_merge_ab_h200.csv"))
+    merge16 = read_dicts(os.path.join(data_dir, "bench_ops_merge16_ab_h200.csv"))
+    palu = read_dicts(os.path.join(data_dir, "bench_ops_palu_workers_h200.csv"))
     out = []
     if workers:
         new = next(r["commit"] for r in workers if not r["commit"].startswith("35f52fe"))
@@ -91,4 +96,19 @@ def schedule_section(data_dir):
             f"`{final}`, whose merge keeps R × J = 32 registers of loads in flight for rows of more than 8 tasks "
             "(one row otherwise), at the same schedule (1×SMs: only the merge differs) and at auto, the new default. "
             "Cells: ms (fraction of copy).")
+    if merge16:
+        prev = merge16[0]["commit"]
+        final = next(r["commit"] for r in merge16 if r["commit"] != prev)
+        out += schedule_table(
+            merge16, prev, "### The merge with 16 warps for rows of many tasks (batch 1, H200)",
+            f"Two interleaved passes (`{merge16[0]['date'][:10]}`, `docs/data/bench_ops_merge16_ab_h200.csv`, mean): "
+            f"`{prev}` against `{final}`, whose merge runs 16 warps where rows have more than 64 tasks on average "
+            "(at auto: 1 × 128K, 198 per row); both at auto. Cells: ms (fraction of copy).", base_label="auto")
+    if palu:
+        out += schedule_table(
+            palu, "", "### Palu's decode at auto and at 1 × SMs (H200)",
+            f"`{palu[0]['commit']}`, {palu[0]['date'][:10]}, two passes (`docs/data/bench_ops_palu_workers_h200.csv`, "
+            "mean). Palu's kernel keeps 1 block per SM at p50 (auto = 132) and 2 at p70 (auto = 264); it rebuilds "
+            "every key at full width and is compute-bound (fractions of copy near 0). Auto was never faster, so the "
+            "engine's workers=auto keeps 1 × SMs for palu. Cells: ms (fraction of copy).")
     return out
