@@ -237,7 +237,7 @@ class cuda_backend : public backend {
         return double(ms);
     }
 
-  protected:
+    // The ragged decodes' schedule rows resident at once (the occupancy calculator, ragged_common.cuh).
     int64_t concurrent_workgroups(const op_params & params) const override {
         device_guard g(ctx_.device);
         if (const auto * p = std::get_if<attn_decode_ragged_params>(&params)) return concurrent_rows_attn_decode_ragged(*p);
@@ -245,6 +245,7 @@ class cuda_backend : public backend {
         return backend::concurrent_workgroups(params);
     }
 
+  protected:
     void run_checked(const op_desc & op) override {
         device_guard g(ctx_.device);
         if (profile_) profile_->begin(ctx_.stream);

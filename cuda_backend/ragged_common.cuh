@@ -98,7 +98,8 @@ struct ragged_merge_args {
     int batch, n_kv_heads, group, v_total, max_width, n_tasks;
 };
 
-// Enqueues the merge kernel (defined in attn_decode_ragged.cu): one block per (request, KV head).
+// Enqueues the merge kernel (defined in attn_decode_ragged.cu): one block per (request, KV head,
+// query head).
 void launch_ragged_merge(context & ctx, const ragged_merge_args & a);
 
 // attn_decode_ragged on q4 pages (kv.bits == 4; attn_decode_ragged_q4.cu), dispatched from
