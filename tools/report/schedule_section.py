@@ -5,6 +5,7 @@
   bench_ops_merge_ab_h200.csv   35f52fe and the merge with 32 registers of loads in flight, interleaved, two runs
   bench_ops_merge16_ab_h200.csv  that merge and the one with 16 warps for rows of > 64 tasks, batch 1, two runs
   bench_ops_palu_workers_h200.csv  Palu's decode at auto and 1 x SMs, two runs
+  bench_ops_ocl_worker_scales_h200.csv  the balanced decodes on NVIDIA's OpenCL driver at 1, 2, 3 x the compute units
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -71,6 +72,7 @@ def schedule_section(data_dir):
     merge = read_dicts(os.path.join(data_dir, "bench_ops_merge_ab_h200.csv"))
     merge16 = read_dicts(os.path.join(data_dir, "bench_ops_merge16_ab_h200.csv"))
     palu = read_dicts(os.path.join(data_dir, "bench_ops_palu_workers_h200.csv"))
+    ocl = read_dicts(os.path.join(data_dir, "bench_ops_ocl_worker_scales_h200.csv"))
     out = []
     if workers:
         new = next(r["commit"] for r in workers if not r["commit"].startswith("35f52fe"))
@@ -111,4 +113,12 @@ def schedule_section(data_dir):
             "mean). Palu's kernel keeps 1 block per SM at p50 (auto = 132) and 2 at p70 (auto = 264); it rebuilds "
             "every key at full width and is compute-bound (fractions of copy near 0). Auto was never faster, so the "
             "engine's workers=auto keeps 1 × SMs for palu. Cells: ms (fraction of copy).")
+    if ocl:
+        out += schedule_table(
+            ocl, "", "### The worker count on NVIDIA's OpenCL driver (H200)",
+            f"The same balanced decodes through the OpenCL backend ({ocl[0]['backend']}, NVIDIA's driver; "
+            f"`{ocl[0]['commit']}`, {ocl[0]['date'][:10]}, one run, `docs/data/bench_ops_ocl_worker_scales_h200.csv`), "
+            "cut for s × the compute units; the fp16 column is OpenCL's fp16 decode of the same run. OpenCL has no "
+            "occupancy query, so the backend reports its compute units and `workers=auto` is 1 × there; "
+            "`workers=3` is the measured choice at batch 16. Cells: ms (fraction of copy).")
     return out
