@@ -56,9 +56,9 @@ struct lowrank_method_config {
     bool balanced_schedule =
         true;  // decode tasks balanced over the compute units (else one per (request, head))
     // The balanced schedule's workers per compute unit; 0 (workers=auto) asks the backend how many
-    // decode tasks run at once (backend::concurrent_workgroups). 1 treats a compute unit as one
-    // worker, which undercounts where several blocks share an SM: the CUDA tensor-core decodes
-    // keep 3 per SM (docs/RESULTS.md, "more workers than SMs").
+    // decode tasks run at once (backend::concurrent_workgroups; palu: 1 per compute unit). 1 treats a
+    // compute unit as one worker, which undercounts where several blocks share an SM: the CUDA
+    // tensor-core decodes keep 3 per SM (docs/RESULTS.md, "workers=auto").
     int worker_scale = 0;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
