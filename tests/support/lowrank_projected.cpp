@@ -9,9 +9,9 @@ namespace hl = host::lowrank;
 
 projected_none::projected_none(std::vector<std::vector<double>> pk, std::vector<std::vector<double>> pv,
                                bool k_pre_rope, float theta, std::vector<bool> rope_layers)
-    : pk_(std::move(pk)),
+    : forwarding_kv_method(engine::create_kv_method("none", {})),
+      pk_(std::move(pk)),
       pv_(std::move(pv)),
-      inner_(engine::create_kv_method("none", {})),
       theta_(theta),
       rope_layers_(std::move(rope_layers)) {
     proj_.k_pre_rope = k_pre_rope;
@@ -19,7 +19,7 @@ projected_none::projected_none(std::vector<std::vector<double>> pk, std::vector<
 
 void projected_none::allocate(backend & be, const engine::kv_shape & shape) {
     shape_ = shape;
-    inner_->allocate(be, shape);
+    forwarding_kv_method::allocate(be, shape);
 }
 
 void projected_none::attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q,
@@ -37,7 +37,7 @@ void projected_none::attend(backend & be, int64_t layer, const engine::kv_step &
         rp.n_tokens = n, rp.n_heads = nkv, rp.head_dim = d, rp.rot_dim = d, rp.theta = theta_;
         be.run(make_op(rp, {kt, s.positions, tensor{}}, {kt}));
     }
-    inner_->attend(be, layer, s, q, kt, vt, out, scale);
+    inner().attend(be, layer, s, q, kt, vt, out, scale);
 }
 
 void projected_none::project(backend & be, const tensor & x, const tensor & y,

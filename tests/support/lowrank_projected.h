@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "engine/kv_method.h"
+#include "support/forwarding_kv_method.h"
 #include "host/lowrank/calibration_file.h"
 
 namespace kvcomp::test::lowrank {
 
-class projected_none : public engine::kv_method {
+class projected_none : public forwarding_kv_method {
   public:
     // proj_k / proj_v: [layer * n_kv_heads + c] the d x d projector R R^T of that head (row-major).
     // k_pre_rope: k reaches attend() unrotated (palu) and is rotated here after the projection, on
@@ -29,8 +30,6 @@ class projected_none : public engine::kv_method {
     std::string name() const override { return "projected_none"; }
     const engine::layer_projection * projection(int64_t) const override { return &proj_; }
     void allocate(backend & be, const engine::kv_shape & shape) override;
-    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
     void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
                 const tensor & v, const tensor & out, float scale) override;
 
@@ -39,7 +38,6 @@ class projected_none : public engine::kv_method {
                  int64_t layer);
 
     std::vector<std::vector<double>> pk_, pv_;
-    std::unique_ptr<engine::kv_method> inner_;
     engine::layer_projection proj_;
     float theta_;
     std::vector<bool> rope_layers_;

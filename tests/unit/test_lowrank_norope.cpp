@@ -25,6 +25,7 @@
 #include "host/lowrank/calibration_file.h"
 #include "support/backends.h"
 #include "support/expect_error.h"
+#include "support/forwarding_kv_method.h"
 #include "support/lowrank_engine.h"
 #include "support/lowrank_projected.h"
 #include "support/tiny_model.h"
@@ -162,31 +163,23 @@ INSTANTIATE_TEST_SUITE_P(backends, lowrank_norope_online,
 // --- (d) the folded layers' q and k come from the projections (CPU) ---------------------------------
 
 // Forwards to the method under test and records, per layer, the widths attend() receives.
-class width_probe : public engine::kv_method {
+class width_probe : public test::forwarding_kv_method {
   public:
     width_probe(std::unique_ptr<engine::kv_method> inner, std::vector<std::pair<int64_t, int64_t>> & seen)
-        : inner_(std::move(inner)), seen_(seen) {}
-    std::string name() const override { return inner_->name(); }
+        : forwarding_kv_method(std::move(inner)), seen_(seen) {}
     void prepare(backend & be, const engine::model_context & m) override {
-        inner_->prepare(be, m);
+        forwarding_kv_method::prepare(be, m);
         for (const auto & L : m.weights.layers) released_.push_back(!L.wq && !L.wk);
     }
-    const engine::layer_projection * projection(int64_t l) const override { return inner_->projection(l); }
-    uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
-    void allocate(backend & be, const engine::kv_shape & s) override { inner_->allocate(be, s); }
-    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
     void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
                 const tensor & v, const tensor & out, float scale) override {
         if (int64_t(seen_.size()) <= layer) seen_.resize(size_t(layer + 1));
         seen_[size_t(layer)] = {q.numel() / s.n_tokens, k.numel() / s.n_tokens};
-        inner_->attend(be, layer, s, q, k, v, out, scale);
+        forwarding_kv_method::attend(be, layer, s, q, k, v, out, scale);
     }
-    void maintain(backend & be, const engine::kv_step & s) override { inner_->maintain(be, s); }
     std::vector<bool> released_;
 
   private:
-    std::unique_ptr<engine::kv_method> inner_;
     std::vector<std::pair<int64_t, int64_t>> & seen_;
 };
 

@@ -27,6 +27,7 @@
 #include "host/lowrank/rate_search.h"
 #include "support/backends.h"
 #include "support/expect_error.h"
+#include "support/forwarding_kv_method.h"
 #include "support/lowrank_engine.h"
 #include "support/tiny_model.h"
 
@@ -211,16 +212,15 @@ INSTANTIATE_TEST_SUITE_P(lowrank_q4_backends, lowrank_q4,
 // v (as zack/fdc's prefill) and only the cache holds the quantized ones. Nothing of the low-rank ops,
 // their tables or the folded weights is used, so this checks the device path (bases with D folded,
 // head_project, q4 append and decode, W_O with D_v) against an independent construction.
-class quantized_none : public engine::kv_method {
+class quantized_none : public test::forwarding_kv_method {
   public:
-    quantized_none(hl::calibration c) : c_(std::move(c)), inner_(engine::create_kv_method("none", {})) {}
+    quantized_none(hl::calibration c)
+        : forwarding_kv_method(engine::create_kv_method("none", {})), c_(std::move(c)) {}
     std::string name() const override { return "quantized_none"; }
     void allocate(backend & be, const engine::kv_shape & shape) override {
         shape_ = shape;
-        inner_->allocate(be, shape);
+        forwarding_kv_method::allocate(be, shape);
     }
-    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t t) const override { return inner_->bytes_for_tokens(t); }
     void attend(backend & be, int64_t layer, const engine::kv_step & s, const tensor & q, const tensor & k,
                 const tensor & v, const tensor & out, float scale) override {
         const int64_t n = s.n_tokens, nkv = shape_.n_kv_heads, d = shape_.head_dim;
@@ -233,11 +233,11 @@ class quantized_none : public engine::kv_method {
         if (s.prefill) {
             // The prompt attends to its exact k and v; then the same slots are overwritten with the
             // quantized ones (the append of a step writes its tokens' slots), its output discarded.
-            inner_->attend(be, layer, s, q, k, v, out, scale);
+            inner().attend(be, layer, s, q, k, v, out, scale);
             const tensor junk = make_tensor(buf_.get(), dtype::f32, {out.numel()}, 2 * bytes);
-            inner_->attend(be, layer, s, q, kt, vt, junk, scale);
+            inner().attend(be, layer, s, q, kt, vt, junk, scale);
         } else {
-            inner_->attend(be, layer, s, q, kt, vt, out, scale);
+            inner().attend(be, layer, s, q, kt, vt, out, scale);
         }
     }
 
@@ -274,7 +274,6 @@ class quantized_none : public engine::kv_method {
     }
 
     hl::calibration c_;
-    std::unique_ptr<engine::kv_method> inner_;
     engine::kv_shape shape_;
     buffer_ptr buf_;
 };

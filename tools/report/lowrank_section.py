@@ -21,7 +21,7 @@ import os
 import re
 
 from bench_table import bench_points, bench_vs_none
-from results_data import provenance, read_dicts
+from results_data import commits_in_order, provenance, read_dicts
 from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
@@ -207,10 +207,7 @@ def _ab(rows):
     (kernel, batch, context), in the order the commits first appear, and the last over the first."""
     if not rows:
         return []
-    commits = []
-    for r in rows:
-        if r["commit"] not in commits:
-            commits.append(r["commit"])
+    commits = commits_in_order(rows)
     times = {}
     for r in rows:
         if r["op"] != "copy_bw" and r["time_ms"]:

@@ -30,7 +30,7 @@ from probe_table import probe_kernel_table, probe_kernel_table_h200  # noqa: E40
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
-from results_data import load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
+from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", default="docs/data")
@@ -236,7 +236,7 @@ if quant:
     # Kernel versions timed in one visit (bench_ops binaries of two commits; the older one's rows first).
     versions = [r for r in rows("bench_ops_quant_decode_base.csv")
                 if r["op"] in ("decode_zipcache", "decode_kivi2") and r["time_ms"]]
-    commits = list(dict.fromkeys(r["commit"] for r in versions))  # the file lists the older kernel's rows first
+    commits = commits_in_order(versions)  # the file lists the older kernel's rows first
     if len(commits) == 2:
         old_c, new_c = commits
         t = {(r["commit"], r["op"], r["batch"], r["context"]): float(r["time_ms"]) for r in versions}

@@ -6,7 +6,7 @@ the kernel before and after its shared-memory staging timed interleaved in one v
 import os
 import re
 
-from results_data import read_dicts
+from results_data import commits_in_order, read_dicts
 
 
 def case_label(shape):
@@ -47,10 +47,7 @@ def probe_kernel_table_h200(data_dir):
            "(mean ms; `docs/data/bench_ops_probe_ab_h200.csv`).", "",
            "| backend | case (32 query / 8 KV heads of 128, f32 keys) | time ms | before ms | after ms | speed-up |",
            "|---|---|---|---|---|---|"]
-    commits = []
-    for r in ab:
-        if r["commit"] not in commits:
-            commits.append(r["commit"])
+    commits = commits_in_order(ab)
     runs = {}
     for r in ab:
         runs.setdefault((r["commit"], r["backend"], r["shape"]), []).append(float(r["time_ms"]))

@@ -59,6 +59,11 @@ def load_results(data_dir):
     return out
 
 
+def commits_in_order(rows):
+    """The commits of bench rows in the order they first appear (an A/B file: the old binary's first)."""
+    return list(dict.fromkeys(r["commit"] for r in rows))
+
+
 def read_dicts(path):
     """Rows of any CSV as dicts ([] when the file does not exist)."""
     if not os.path.exists(path):

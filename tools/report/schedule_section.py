@@ -11,7 +11,7 @@ Every number is read from those files; nothing is typed here.
 import os
 import re
 
-from results_data import read_dicts
+from results_data import commits_in_order, read_dicts
 
 _ROW = re.compile(r"decode_(lowrank_balanced|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
 _PAGES = {"lowrank_balanced": "f16", "lowrank_q4_balanced": "q4", "palu": "palu (f16 latent K)"}
@@ -75,7 +75,7 @@ def schedule_section(data_dir):
     ocl = read_dicts(os.path.join(data_dir, "bench_ops_ocl_worker_scales_h200.csv"))
     out = []
     if workers:
-        new = next(r["commit"] for r in workers if not r["commit"].startswith("35f52fe"))
+        new = commits_in_order(workers)[-1]
         out += schedule_table(
             workers, "35f52fe", "### workers=auto: the schedule cut for the decode tasks that run at once (H200)",
             f"bench_ops on {workers[0]['device']}, {workers[0]['date'][:10]}, one run per binary "
@@ -90,7 +90,7 @@ def schedule_section(data_dir):
             f"(`{waves[0]['commit']}`, {waves[0]['date'][:10]}, one run, `docs/data/bench_ops_waves_h200.csv`). "
             "Columns without w: w ≤ 4, the default. Cells: ms (fraction of copy).")
     if merge:
-        final = next(r["commit"] for r in merge if not r["commit"].startswith("35f52fe"))
+        final = commits_in_order(merge)[-1]
         out += schedule_table(
             merge, "35f52fe", "### The merge kernel, interleaved A/B (H200)",
             f"Two passes of each binary, one after the other (`{merge[0]['date'][:10]}`, "
@@ -99,8 +99,7 @@ def schedule_section(data_dir):
             "(one row otherwise), at the same schedule (1×SMs: only the merge differs) and at auto, the new default. "
             "Cells: ms (fraction of copy).")
     if merge16:
-        prev = merge16[0]["commit"]
-        final = next(r["commit"] for r in merge16 if r["commit"] != prev)
+        prev, final = commits_in_order(merge16)[0], commits_in_order(merge16)[-1]
         out += schedule_table(
             merge16, prev, "### The merge with 16 warps for rows of many tasks (batch 1, H200)",
             f"Two interleaved passes (`{merge16[0]['date'][:10]}`, `docs/data/bench_ops_merge16_ab_h200.csv`, mean): "
