@@ -94,11 +94,15 @@ struct items {
                                               int nthreads) const {
         const unsigned stage_s = smem_addr(stage);  // once: see cp_async16 in common.cuh
         if (item < n_blk) {
+            // Chunk 0 is the slot's header; chunk k >= 1 lies at head + 16 k (the head's region
+            // starts after the header). Pointer steps keep the loop free of 64-bit multiplies.
             const uint8_t * src = a.pool + int64_t(slot_nr) * a.slot_bytes;
-            const uint8_t * head = src + 16 + int64_t(g) * a.head_bytes;
-            const int n_chunks = int(1 + a.head_bytes / 16);
-            for (int k = tid; k < n_chunks; k += nthreads)
-                cp_async16(stage_s + unsigned(16 * k), k == 0 ? src : head + 16 * (k - 1), 16);
+            const uint8_t * head = src + int64_t(g) * a.head_bytes;
+            if (tid == 0) cp_async16(stage_s, src, 16);
+            const uint8_t * end = head + 16 * (1 + a.head_bytes / 16);
+            unsigned dst = stage_s + unsigned(16 * (tid + 1));
+            for (const uint8_t * p = head + 16 * (tid + 1); p < end; p += 16 * nthreads, dst += 16 * nthreads)
+                cp_async16(dst, p, 16);
         } else {
             constexpr int RC = D / 8;  // 16-byte chunks per row
             const int j0 = (item - n_blk) * a.win_chunk;

@@ -28,7 +28,7 @@
 //   Channel order within a k16 step: B register b0 of lane t holds the channel pair number t, b1
 //   pair t + 4, where pair p = (word w, index j) = (p / P, p % P), P = 16 / b pairs per 32-bit code
 //   word, is channels (j, j + P) of word w: 16 bits apart, so one rotate of the word puts both
-//   codes into the top mantissa bits of the two halves (kfrag_pos writes q' in this order).
+//   codes into the top mantissa bits of the two halves (setup_q_warp writes q' in this order).
 // Values: O^T = V^T P'^T with M = 16 channels (A = value codes: row r < 8 is channel 16m + 2r,
 //   row r + 8 is 16m + 2r + 1, i.e. lane g's two rows are one code pair), N = 8 columns = (hi, lo)
 //   of p' = p vstep for 4 heads, K = 16 tokens. The A registers pair two tokens of one channel,
@@ -63,12 +63,13 @@ namespace {
 constexpr int QH = kMmaHeads;  // query heads per block: the 8 mma columns are their (hi, lo)
 static_assert(QH == 4, "the column layout (2 per head, 8 per mma) assumes 4 heads");
 
-// Shared memory: q [QH][D] f32 | the window's q fragments [D/32][32 lanes] uint4 | per warp: its
-// q fragments [2 segments][D/32][32 lanes] uint4, then its ring of n_stages stages. The warps'
-// area is reused by the final warp merge.
+// Shared memory: q [QH][D] f32 | the window's q fragments [D/32][32 lanes] uint4 | q in channel-pair
+// order for each segment's bit width [2][QH][D/2] float2 (q_pairs) | per warp: its q fragments
+// [2 segments][D/32][32 lanes] uint4, then its ring of n_stages stages. The warps' area is reused
+// by the final warp merge.
 template <int D>
 __host__ __device__ constexpr size_t fixed_smem() {
-    return size_t(QH) * D * 4 + size_t(D) * 16;
+    return size_t(QH) * D * 4 + size_t(D) * 16 + size_t(2) * QH * D * 4;
 }
 template <int D>
 __host__ __device__ constexpr size_t warp_smem(int stage_bytes, int n_stages) {
@@ -79,24 +80,12 @@ __host__ __device__ constexpr size_t merge_smem() {
     return (size_t(kWarps) * QH * D + 2 * size_t(kWarps) * QH) * sizeof(float);
 }
 
-// Half index, within a q-fragment slot, of channel c in column col (see the banner). BITS = 0 is
-// the window's natural order: b0 = channels 2t, 2t + 1 and b1 = 2t + 8, 2t + 9 of the k16 step.
-template <int BITS>
+// Half index, within a q-fragment slot, of channel c in column col in the window's natural order:
+// b0 = channels 2t, 2t + 1 and b1 = 2t + 8, 2t + 9 of the k16 step. (The segments' code order is
+// written pairwise by setup_q_warp: pair_channel, pair_word.)
 __device__ __forceinline__ int kfrag_pos(int c, int col) {
     const int kk = c >> 4, ci = c & 15;
-    int t, reg, half;
-    if constexpr (BITS == 0) {
-        reg = ci >> 3;
-        t = (ci & 7) >> 1;
-        half = ci & 1;
-    } else {
-        constexpr int CPW = 32 / BITS, P = 16 / BITS;
-        const int w = ci / CPW, r = ci % CPW;
-        half = r / P;
-        const int p = w * P + r % P;
-        t = p & 3;
-        reg = p >> 2;
-    }
+    const int reg = ci >> 3, t = (ci & 7) >> 1, half = ci & 1;
     return ((kk >> 1) * 32 + 4 * col + t) * 8 + (kk & 1) * 4 + reg * 2 + half;
 }
 
@@ -107,39 +96,83 @@ __device__ __forceinline__ void setup_window_q(const float * q_s, __half * qf) {
         const int h = idx / D, c = idx % D;
         const float qv = q_s[idx];
         const __half hi = __float2half_rn(qv);
-        qf[kfrag_pos<0>(c, 2 * h)] = hi;
-        qf[kfrag_pos<0>(c, 2 * h + 1)] = __float2half_rn(qv - __half2float(hi));
+        qf[kfrag_pos(c, 2 * h)] = hi;
+        qf[kfrag_pos(c, 2 * h + 1)] = __float2half_rn(qv - __half2float(hi));
     }
 }
 
-// One warp: q' = q * kstep of a segment as hi/lo f16 in fragment order into the warp's slot `qf`
-// (lane l takes channels l, l + 32, ...; qr[h][cc] = q of head h, channel cc * 32 + lane);
-// returns the segment's bias sum_c q_c (kmin_c - 2^BITS kstep_c) of head lane % 4.
+// Channel pairs. Pair p (0..7) of a k16 step is the two channels one B register of lane p % 4
+// holds (register p / 4): for codes, channels (j, j + P) of the step's code word w = p / P, j = p % P
+// (see the banner); pair pi = 8 kk + p of the head is pair p of step kk. Its first channel:
+template <int BITS>
+__device__ __forceinline__ int pair_channel(int pi) {
+    constexpr int P = 16 / BITS, CPW = 32 / BITS;
+    const int p = pi & 7;
+    return 16 * (pi >> 3) + (p / P) * CPW + p % P;
+}
+// 32-bit word, within a q-fragment slot, of pair pi in column 0 (column col adds 16 * col): the
+// word of kfrag_pos's halves 0 and 1.
+__device__ __forceinline__ int pair_word(int pi) {
+    const int kk = pi >> 3, p = pi & 7;
+    return ((kk >> 1) * 32 + (p & 3)) * 4 + (kk & 1) * 2 + (p >> 2);
+}
+
+// q of each segment's bit width in channel-pair order, (q[c0], q[c0 + P]) per pair, by the whole
+// block: qp[s][h][pi] (see setup_q_warp).
 template <int D, int BITS>
-__device__ __forceinline__ float setup_q_warp(const float (&qr)[QH][D / 32], const __half * kmin,
-                                              const __half * kstep, __half * qf, int lane) {
+__device__ __forceinline__ void setup_q_pairs(const float * q_s, float2 * qp) {
+    for (int idx = threadIdx.x; idx < QH * D / 2; idx += kThreads) {
+        const int h = idx / (D / 2), c0 = pair_channel<BITS>(idx % (D / 2));
+        qp[idx] = make_float2(q_s[h * D + c0], q_s[h * D + c0 + 16 / BITS]);
+    }
+}
+
+// The four heads' partial sums of this lane into the total of head lane % 4 over the warp:
+// halving exchanges over lane bits 0 and 1 (each lane keeps the heads that match its bits), then
+// plain sums over bits 2..4; 6 shuffles instead of 4 x 5.
+__device__ __forceinline__ float head_totals(const float (&v)[QH], int lane) {
+    const bool b0 = lane & 1, b1 = lane & 2;
+    // bit 0: keep heads b0 and 2 + b0
+    const float s0 = __shfl_xor_sync(full_mask, b0 ? v[0] : v[1], 1);
+    const float s1 = __shfl_xor_sync(full_mask, b0 ? v[2] : v[3], 1);
+    const float k0 = (b0 ? v[1] : v[0]) + s0, k1 = (b0 ? v[3] : v[2]) + s1;
+    // bit 1: keep head b0 + 2 b1
+    float k = (b1 ? k1 : k0) + __shfl_xor_sync(full_mask, b1 ? k0 : k1, 2);
+    k += __shfl_xor_sync(full_mask, k, 4);
+    k += __shfl_xor_sync(full_mask, k, 8);
+    return k + __shfl_xor_sync(full_mask, k, 16);
+}
+
+// One warp: q' = q * kstep of a segment as hi/lo f16 in fragment order into the warp's slot `qf`
+// (lane l takes the channel pairs l, l + 32, ... of every head, so each hi or lo pair is one
+// packed conversion and one 32-bit store; qp = the segment width's q pairs); returns the
+// segment's bias sum_c q_c (kmin_c - 2^BITS kstep_c) of head lane % 4.
+template <int D, int BITS>
+__device__ __forceinline__ float setup_q_warp(const float2 * qp, const __half * kmin, const __half * kstep,
+                                              uint32_t * qf, int lane) {
+    constexpr int P = 16 / BITS;
     float bp[QH];
 #pragma unroll
     for (int h = 0; h < QH; ++h) bp[h] = 0.0f;
 #pragma unroll
-    for (int cc = 0; cc < D / 32; ++cc) {
-        const int c = cc * 32 + lane;
-        const float ks = __half2float(kstep[c]);
-        const float d = __half2float(kmin[c]) - float(1 << BITS) * ks;
-        const int pos = kfrag_pos<BITS>(c, 0);  // column col adds 32 * col halves
+    for (int i = 0; i < D / 64; ++i) {
+        const int pi = i * 32 + lane, c0 = pair_channel<BITS>(pi), w = pair_word(pi);
+        const float ks0 = __half2float(kstep[c0]), ks1 = __half2float(kstep[c0 + P]);
+        const float d0 = __half2float(kmin[c0]) - float(1 << BITS) * ks0;
+        const float d1 = __half2float(kmin[c0 + P]) - float(1 << BITS) * ks1;
 #pragma unroll
         for (int h = 0; h < QH; ++h) {
-            const float qp = qr[h][cc] * ks;
-            const __half hi = __float2half_rn(qp);
-            qf[pos + 64 * h] = hi;
-            qf[pos + 64 * h + 32] = __float2half_rn(qp - __half2float(hi));
-            bp[h] = fmaf(qr[h][cc], d, bp[h]);
+            const float2 q = qp[h * (D / 2) + pi];
+            const float a0 = q.x * ks0, a1 = q.y * ks1;
+            const __half2 hi = __floats2half2_rn(a0, a1);
+            const float2 hf = __half22float2(hi);
+            const __half2 lo = __floats2half2_rn(a0 - hf.x, a1 - hf.y);
+            qf[w + 32 * h] = *reinterpret_cast<const uint32_t *>(&hi);
+            qf[w + 32 * h + 16] = *reinterpret_cast<const uint32_t *>(&lo);
+            bp[h] = fmaf(q.x, d0, fmaf(q.y, d1, bp[h]));
         }
     }
-#pragma unroll
-    for (int h = 0; h < QH; ++h) bp[h] = warp_sum(bp[h]);
-    const int t = lane & 3;
-    return t == 0 ? bp[0] : t == 1 ? bp[1] : t == 2 ? bp[2] : bp[3];
+    return head_totals(bp, lane);
 }
 
 // Per-warp running state; lane (g, t) keeps head t (see the banner).
@@ -315,7 +348,7 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
 // Every tile of a quantized segment (n > 0), software-pipelined: the next tile's scores are
 // computed between this tile's softmax and its values, independent work the scheduler can
 // interleave (a warp streams alone through its items, so its own ILP hides the mma and shared-
-// memory latencies). The last segment tile computes one tile of scores past the end (masked).
+// memory latencies).
 template <int D, int BITS, bool CS>
 __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view & sv, const args & a,
                                               const uint4 * qf, float bias, int gshift, int lane) {
@@ -326,9 +359,8 @@ __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view
     for (int tok0 = 0; tok0 < sv.n; tok0 += 16) {
         float p0, p1;
         softmax2<D, CS>(st, s.x, s.y, p0, p1);
-        const float2 next = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, ex, lane);
+        if (tok0 + 16 < sv.n) s = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, ex, lane);  // warp-uniform
         quant_values<D, BITS, CS>(st, sv, a, tok0, p0, p1, gshift, ex, lane);
-        s = next;
     }
 }
 
@@ -416,6 +448,7 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
     uint4 * qf_win = smem + QH * D / 4;
+    float2 * q_pairs = reinterpret_cast<float2 *>(qf_win + D);  // [2 segments][QH][D / 2]
     uint8_t * warps_area = reinterpret_cast<uint8_t *>(smem) + fixed_smem<D>();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t = lane & 3, g = lane >> 2;
@@ -440,23 +473,30 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
     }
     __syncthreads();
     setup_window_q<D>(q_s, reinterpret_cast<__half *>(qf_win));
-    float qr[QH][D / 32];  // this lane's channels of q for the segments' q' (setup_q_warp)
 #pragma unroll
-    for (int h = 0; h < QH; ++h)
-#pragma unroll
-        for (int cc = 0; cc < D / 32; ++cc) qr[h][cc] = q_s[h * D + cc * 32 + lane];
-    __syncthreads();  // the window fragments are visible to every warp; the last block-wide barrier
-                      // before the merge
+    for (int s = 0; s < 2; ++s) {
+        float2 * qp = q_pairs + s * (QH * D / 2);
+        switch (a.bits[s]) {
+            case 2: setup_q_pairs<D, 2>(q_s, qp); break;
+            case 4: setup_q_pairs<D, 4>(q_s, qp); break;
+            default: setup_q_pairs<D, 8>(q_s, qp); break;
+        }
+    }
+    __syncthreads();  // the window fragments and q pairs are visible to every warp; the last
+                      // block-wide barrier before the merge
 
-    // This warp's items: the split's items warp + k * kWarps, k < n_mine; item k in stage k % ns.
+    // This warp's items: the split's items warp + k * kWarps, k < n_mine; item k in stage k % ns,
+    // tracked as the next stage to fill (w_stage) and to read (r_stage) without a division.
     const int ns = a.n_stages;
     const int n_mine = its.n_it > warp ? (its.n_it - warp + kWarps - 1) / kWarps : 0;
     auto rel = [&](int k) { return warp + k * kWarps; };
+    int w_stage = 0, r_stage = 0;
+    auto next_stage = [ns](int s) { return s + 1 == ns ? 0 : s + 1; };
     auto issue = [&](int k, int slot_nr) {  // one cp.async group per call, empty past the items
         if (k < n_mine)
-            its.template copy_item<D>(a, kvh, ring + (k % ns) * a.stage_bytes, its.it_begin + rel(k), slot_nr, lane,
-                                      32);
+            its.template copy_item<D>(a, kvh, ring + w_stage * a.stage_bytes, its.it_begin + rel(k), slot_nr, lane, 32);
         cp_async_commit();
+        w_stage = next_stage(w_stage);
     };
     int next_slot = its.slot(a, rel(0));
     for (int k = 0; k < ns - 1; ++k) {
@@ -483,7 +523,8 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
         issue(k + ns - 1, next_slot);
         next_slot = its.slot(a, rel(k + ns));
 
-        const uint8_t * stage = ring + (k % ns) * a.stage_bytes;
+        const uint8_t * stage = ring + r_stage * a.stage_bytes;
+        r_stage = next_stage(r_stage);
         const int item = its.it_begin + rel(k);
         if constexpr (CS) item_begin(st);
         if (item < its.n_blk) {
@@ -497,11 +538,12 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                 const uint8_t * seg = head + a.seg_off[s];
                 const __half * kmin = reinterpret_cast<const __half *>(seg);
                 const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
-                __half * dst = reinterpret_cast<__half *>(qf_seg + s * D);
+                uint32_t * dst = reinterpret_cast<uint32_t *>(qf_seg + s * D);
+                const float2 * qp = q_pairs + s * (QH * D / 2);
                 switch (a.bits[s]) {
-                    case 2: bias[s] = setup_q_warp<D, 2>(qr, kmin, kstep, dst, lane); break;
-                    case 4: bias[s] = setup_q_warp<D, 4>(qr, kmin, kstep, dst, lane); break;
-                    default: bias[s] = setup_q_warp<D, 8>(qr, kmin, kstep, dst, lane); break;
+                    case 2: bias[s] = setup_q_warp<D, 2>(qp, kmin, kstep, dst, lane); break;
+                    case 4: bias[s] = setup_q_warp<D, 4>(qp, kmin, kstep, dst, lane); break;
+                    default: bias[s] = setup_q_warp<D, 8>(qp, kmin, kstep, dst, lane); break;
                 }
             }
             __syncwarp();  // the fragments are visible to the whole warp
