@@ -582,7 +582,7 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     int64_t splits = p.n_splits;
     if (splits <= 0) {
         const int64_t slots =
-            int64_t(ctx.sm_count) * (mma ? mma_blocks_per_sm(D, a.cscale, smem) : dispatch(D, qp, ctx, a, 0, smem));
+            int64_t(ctx.sm_count) * (mma ? mma_blocks_per_sm(a, D, smem) : dispatch(D, qp, ctx, a, 0, smem));
         const int64_t min_items = mma ? kMmaMinItemsPerSplit : kMinItemsPerSplit;
         const int64_t max_splits =
             std::min(std::max<int64_t>(1, est_items / min_items), 2 * ceil_div(slots, work) + 1);

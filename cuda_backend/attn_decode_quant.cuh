@@ -147,7 +147,7 @@ constexpr int kMmaMinItemsPerSplit = 2 * kWarps;
 // Stages of each warp's ring (two, three for small items) and the block's shared memory.
 int mma_stages(int stage_bytes);
 size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages);
-int mma_blocks_per_sm(int head_dim, bool cscale, size_t smem);
+int mma_blocks_per_sm(const args & a, int head_dim, size_t smem);
 void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem);
 
 }  // namespace kvcomp::cuda::dq

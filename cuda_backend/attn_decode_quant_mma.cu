@@ -51,6 +51,7 @@
 // budget of tests/backend_ops_quant_cases.cpp.
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "attn_decode_quant.cuh"
 #include "decode_common.cuh"
@@ -64,12 +65,13 @@ constexpr int QH = kMmaHeads;  // query heads per block: the 8 mma columns are t
 static_assert(QH == 4, "the column layout (2 per head, 8 per mma) assumes 4 heads");
 
 // Shared memory: q [QH][D] f32 | the window's q fragments [D/32][32 lanes] uint4 | q in channel-pair
-// order for each segment's bit width [2][QH][D/2] float2 (q_pairs) | per warp: its q fragments
-// [2 segments][D/32][32 lanes] uint4, then its ring of n_stages stages. The warps' area is reused
-// by the final warp merge.
+// order for each segment's bit width [2][QH][D/2] float2 (q_pairs) | the warps' ring mbarriers
+// [kWarps][4] u64 (sm_90 bulk copies) | per warp: its q fragments [2 segments][D/32][32 lanes]
+// uint4, then its ring of n_stages stages. The warps' area is reused by the final warp merge.
+constexpr int kBarsPerWarp = 4;  // >= the most ring stages (mma_stages)
 template <int D>
 __host__ __device__ constexpr size_t fixed_smem() {
-    return size_t(QH) * D * 4 + size_t(D) * 16 + size_t(2) * QH * D * 4;
+    return size_t(QH) * D * 4 + size_t(D) * 16 + size_t(2) * QH * D * 4 + size_t(kWarps) * kBarsPerWarp * 8;
 }
 template <int D>
 __host__ __device__ constexpr size_t warp_smem(int stage_bytes, int n_stages) {
@@ -282,11 +284,29 @@ __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, co
                        tb < sv.n ? (s[2] + s2[2]) + (s[3] + s2[3]) + bias : -INFINITY);
 }
 
+// The G f16 value parameters of one token row (G groups, G * 2 bytes, aligned to that) as floats,
+// in one shared-memory load.
+template <int G>
+__device__ __forceinline__ void load_group_params(const __half * row, float (&out)[G]) {
+    if constexpr (G == 1) {
+        out[0] = __half2float(row[0]);
+    } else {
+        using word = std::conditional_t<G == 2, uint32_t, std::conditional_t<G == 4, uint2, uint4>>;
+        const word w = *reinterpret_cast<const word *>(row);
+        const __half2 * h = reinterpret_cast<const __half2 *>(&w);
+#pragma unroll
+        for (int i = 0; i < G / 2; ++i) {
+            const float2 f = __half22float2(h[i]);
+            out[2 * i] = f.x, out[2 * i + 1] = f.y;
+        }
+    }
+}
+
 // Values of the tile at tok0 weighted by this lane's softmax weights p0 (tile token g) and p1
-// (tile token g + 8) of head t; gshift = log2(m-tiles per value group).
-template <int D, int BITS, bool CS>
+// (tile token g + 8) of head t; MPG = m-tiles per value group (v_group / 16).
+template <int D, int BITS, bool CS, int MPG>
 __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view & sv, const args & a, int tok0,
-                                             float p0, float p1, int gshift, uint32_t ex, int lane) {
+                                             float p0, float p1, uint32_t ex, int lane) {
     constexpr int MT = D / 16, RB = D * BITS / 8;
     const int g = lane >> 2, t = lane & 3;
     const int ra = min(tok0 + tile_row(g), sv.n - 1), rb = min(tok0 + tile_row(g + 8), sv.n - 1);
@@ -321,19 +341,23 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
         else
             return vr[k][i];
     };
+    constexpr int G = MT / MPG;  // value groups per token row
     const __half * vstep = reinterpret_cast<const __half *>(sv.seg + sv.vstep);
     const __half * vmin = reinterpret_cast<const __half *>(sv.seg + a.seg_vmin);
-    const int gmask = (1 << gshift) - 1;
+    float vs_a[G], vs_b[G], vm_a[G], vm_b[G];  // tokens ra and rb: each row's parameters in one load
+    load_group_params<G>(vstep + ra * G, vs_a);
+    load_group_params<G>(vstep + rb * G, vs_b);
+    load_group_params<G>(vmin + ra * G, vm_a);
+    load_group_params<G>(vmin + rb * G, vm_b);
     auto & acc = st.acc();
     uint32_t b0 = 0, b1 = 0;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-        if ((m & gmask) == 0) {  // a new value group: its p' operand
-            const int G = m >> gshift;
-            const float vs0 = __half2float(vstep[ra * a.groups + G]), vs1 = __half2float(vstep[rb * a.groups + G]);
-            const float d0 = __half2float(vmin[ra * a.groups + G]) - float(1 << BITS) * vs0;
-            const float d1 = __half2float(vmin[rb * a.groups + G]) - float(1 << BITS) * vs1;
-            p_frag(p0 * vs0, p1 * vs1, b0, b1);
+        if (m % MPG == 0) {  // a new value group: its p' operand
+            const int gi = m / MPG;
+            const float d0 = vm_a[gi] - float(1 << BITS) * vs_a[gi];
+            const float d1 = vm_b[gi] - float(1 << BITS) * vs_b[gi];
+            p_frag(p0 * vs_a[gi], p1 * vs_b[gi], b0, b1);
             st.vb[m] = fmaf(p0, d0, fmaf(p1, d1, st.vb[m]));
         }
         const int wi = m * (BITS / 2) + wv;
@@ -349,9 +373,9 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
 // computed between this tile's softmax and its values, independent work the scheduler can
 // interleave (a warp streams alone through its items, so its own ILP hides the mma and shared-
 // memory latencies).
-template <int D, int BITS, bool CS>
+template <int D, int BITS, bool CS, int MPG>
 __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view & sv, const args & a,
-                                              const uint4 * qf, float bias, int gshift, int lane) {
+                                              const uint4 * qf, float bias, int lane) {
     uint32_t bq[D / 16][2];
     load_qfrag<D>(qf, bq, lane);
     const uint32_t ex = code_exponents<BITS>();
@@ -360,7 +384,7 @@ __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view
         float p0, p1;
         softmax2<D, CS>(st, s.x, s.y, p0, p1);
         if (tok0 + 16 < sv.n) s = quant_scores<D, BITS>(sv, tok0 + 16, bq, bias, ex, lane);  // warp-uniform
-        quant_values<D, BITS, CS>(st, sv, a, tok0, p0, p1, gshift, ex, lane);
+        quant_values<D, BITS, CS, MPG>(st, sv, a, tok0, p0, p1, ex, lane);
     }
 }
 
@@ -419,8 +443,8 @@ __device__ __forceinline__ void item_begin(wstate<D, CS> & st) {
         st.vb[m] = 0.0f;
     }
 }
-template <int D, bool CS>
-__device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vscale, int mpg, int lane) {
+template <int D, bool CS, int MPG>
+__device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vscale, int lane) {
     const int g = lane >> 2;
     const float m_use = st.m == -INFINITY ? 0.0f : st.m;
     const float fa = exp2f(st.m_item - m_use);  // the running max may have grown during the item
@@ -429,7 +453,7 @@ __device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vsca
     for (int m = 0; m < wstate<D, CS>::MT; ++m) {
         float vs0 = 1.0f, vs1 = 1.0f;
         if (vscale) {
-            if (m % mpg == 0) vbg = head_sum(st.vb[m]);
+            if (m % MPG == 0) vbg = head_sum(st.vb[m]);
             const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(vscale + 16 * m + 2 * g));
             vs0 = v.x, vs1 = v.y;
         }
@@ -441,8 +465,9 @@ __device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vsca
 }
 
 // Blocks per SM the registers must allow: ZipCache's per-warp rings (~105 KiB a block at hd 128)
-// fit 2 blocks per SM, KIVI's (~58 KiB) 3 (ptxas then spills 8 bytes of the no-CS hd-128 variant).
-template <int D, bool CS>
+// fit 2 blocks per SM, KIVI's (~58 KiB) 3. MPG = m-tiles per value group (v_group / 16: 1, 2, 4, 8),
+// a template parameter so a token row's value parameters are one load and the group loop unrolls.
+template <int D, bool CS, int MPG>
 __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_kernel(const args a) {
     constexpr int MT = D / 16;
     extern __shared__ uint4 smem[];
@@ -455,6 +480,10 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
     uint8_t * my_area = warps_area + size_t(warp) * warp_smem<D>(a.stage_bytes, a.n_stages);
     uint4 * qf_seg = reinterpret_cast<uint4 *>(my_area);  // [2 segments][D] uint4
     uint8_t * ring = my_area + size_t(2) * D * 16;
+#ifdef KVCOMP_BULK_COPY
+    uint64_t * bars = reinterpret_cast<uint64_t *>(q_pairs + QH * D);  // [kWarps][kBarsPerWarp]
+    const unsigned my_bars = smem_addr(bars + warp * kBarsPerWarp);   // stage s: my_bars + 8 s
+#endif
 
     int64_t bid = blockIdx.x;
     const int split = int(bid % a.n_splits);
@@ -482,22 +511,49 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
             default: setup_q_pairs<D, 8>(q_s, qp); break;
         }
     }
-    __syncthreads();  // the window fragments and q pairs are visible to every warp; the last
-                      // block-wide barrier before the merge
+#ifdef KVCOMP_BULK_COPY
+    if (lane == 0)
+        for (int s = 0; s < a.n_stages; ++s) mbar_init(my_bars + 8 * s, 1);
+    mbar_fence_init();
+#endif
+    __syncthreads();  // the window fragments, q pairs and mbarriers are visible to every warp; the
+                      // last block-wide barrier before the merge
 
     // This warp's items: the split's items warp + k * kWarps, k < n_mine; item k in stage k % ns,
     // tracked as the next stage to fill (w_stage) and to read (r_stage) without a division.
+    // On sm_90 a block item is two bulk copies (header, head region) issued by lane 0 and awaited
+    // on the stage's mbarrier (phase bit per stage in `phases`): per item a handful of instructions
+    // instead of a cp.async with its address arithmetic per 16 bytes and lane (13 % of the kernel's
+    // instructions at KIVI-2 16 x 32K on an H100). Window items (strided rows, zero-filled past the
+    // window) keep the per-lane cp.async, whose groups are committed for every item alike.
     const int ns = a.n_stages;
     const int n_mine = its.n_it > warp ? (its.n_it - warp + kWarps - 1) / kWarps : 0;
     auto rel = [&](int k) { return warp + k * kWarps; };
     int w_stage = 0, r_stage = 0;
     auto next_stage = [ns](int s) { return s + 1 == ns ? 0 : s + 1; };
     auto issue = [&](int k, int slot_nr) {  // one cp.async group per call, empty past the items
-        if (k < n_mine)
-            its.template copy_item<D>(a, kvh, ring + w_stage * a.stage_bytes, its.it_begin + rel(k), slot_nr, lane, 32);
+        if (k < n_mine) {
+            uint8_t * dst = ring + w_stage * a.stage_bytes;
+            const int item = its.it_begin + rel(k);
+#ifdef KVCOMP_BULK_COPY
+            if (item < its.n_blk) {
+                if (lane == 0) {
+                    const unsigned bar = my_bars + 8 * w_stage, d = smem_addr(dst);
+                    const uint8_t * src = a.pool + int64_t(slot_nr) * a.slot_bytes;
+                    mbar_arrive_expect(bar, unsigned(16 + a.head_bytes));
+                    bulk_copy(d, src, 16, bar);
+                    bulk_copy(d + 16, src + 16 + int64_t(kvh) * a.head_bytes, unsigned(a.head_bytes), bar);
+                }
+            } else
+#endif
+                its.template copy_item<D>(a, kvh, dst, item, slot_nr, lane, 32);
+        }
         cp_async_commit();
         w_stage = next_stage(w_stage);
     };
+#ifdef KVCOMP_BULK_COPY
+    unsigned phases = 0;  // bit s: parity of stage s's next mbarrier phase
+#endif
     int next_slot = its.slot(a, rel(0));
     for (int k = 0; k < ns - 1; ++k) {
         issue(k, next_slot);
@@ -511,21 +567,25 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
         for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
         st.vb[m] = 0.0f;
     }
-    const int mpg = a.v_group / 16;        // m-tiles per value group: a power of two (16 << gshift
-    const int gshift = __ffs(mpg) - 1;     // divides head_dim)
 
     for (int k = 0; k < n_mine; ++k) {
+        const int item = its.it_begin + rel(k);
         if (ns == 3)
             cp_async_wait<1>();
         else
             cp_async_wait<0>();
+#ifdef KVCOMP_BULK_COPY
+        if (item < its.n_blk) {
+            mbar_wait(my_bars + 8 * r_stage, (phases >> r_stage) & 1u);
+            phases ^= 1u << r_stage;
+        }
+#endif
         __syncwarp();  // item k has landed for every lane; every lane is done with item k-1
         issue(k + ns - 1, next_slot);
         next_slot = its.slot(a, rel(k + ns));
 
         const uint8_t * stage = ring + r_stage * a.stage_bytes;
         r_stage = next_stage(r_stage);
-        const int item = its.it_begin + rel(k);
         if constexpr (CS) item_begin(st);
         if (item < its.n_blk) {
             const int32_t * hdr = reinterpret_cast<const int32_t *>(stage);
@@ -554,16 +614,16 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                 const seg_view sv{head + a.seg_off[s], a.seg_vstep[s], a.seg_kcodes[s], a.seg_vcodes[s], n};
                 const uint4 * q = qf_seg + s * D;
                 switch (a.bits[s]) {
-                    case 2: quant_segment<D, 2, CS>(st, sv, a, q, bias[s], gshift, lane); break;
-                    case 4: quant_segment<D, 4, CS>(st, sv, a, q, bias[s], gshift, lane); break;
-                    default: quant_segment<D, 8, CS>(st, sv, a, q, bias[s], gshift, lane); break;
+                    case 2: quant_segment<D, 2, CS, MPG>(st, sv, a, q, bias[s], lane); break;
+                    case 4: quant_segment<D, 4, CS, MPG>(st, sv, a, q, bias[s], lane); break;
+                    default: quant_segment<D, 8, CS, MPG>(st, sv, a, q, bias[s], lane); break;
                 }
             }
-            if constexpr (CS) item_end(st, reinterpret_cast<const __half *>(head), mpg, lane);
+            if constexpr (CS) item_end<D, CS, MPG>(st, reinterpret_cast<const __half *>(head), lane);
         } else {
             const int n_w = its.window_tokens(a, item);
             for (int tok0 = 0; tok0 < n_w; tok0 += 16) window_tile<D, CS>(st, stage, a.win_chunk, tok0, n_w, qf_win, lane);
-            if constexpr (CS) item_end(st, nullptr, mpg, lane);
+            if constexpr (CS) item_end<D, CS, MPG>(st, nullptr, lane);
         }
     }
     // Groups still outstanding are empty; wait anyway so no copy lands in the area reused below.
@@ -573,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
         float vbg = 0.0f;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-            if (m % mpg == 0) vbg = head_sum(st.vb[m]);
+            if (m % MPG == 0) vbg = head_sum(st.vb[m]);
             st.o[m][0] += vbg;
             st.o[m][2] += vbg;
         }
@@ -597,13 +657,27 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                                       decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
 }
 
-template <int D, bool CS>
+template <int D, bool CS, int MPG>
 const void * kernel_ptr() {
-    return reinterpret_cast<const void *>(attn_decode_quant_mma_kernel<D, CS>);
+    return reinterpret_cast<const void *>(attn_decode_quant_mma_kernel<D, CS, MPG>);
 }
-const void * pick(int head_dim, bool cscale) {
-    if (head_dim == 64) return cscale ? kernel_ptr<64, true>() : kernel_ptr<64, false>();
-    return cscale ? kernel_ptr<128, true>() : kernel_ptr<128, false>();
+template <int D, bool CS>
+const void * pick_mpg(int mpg) {
+    switch (mpg) {
+        case 1: return kernel_ptr<D, CS, 1>();
+        case 2: return kernel_ptr<D, CS, 2>();
+        case 4: return kernel_ptr<D, CS, 4>();
+        default:
+            if constexpr (D / 16 >= 8) return kernel_ptr<D, CS, 8>();
+            return kernel_ptr<D, CS, D / 16>();
+    }
+}
+// The kernel for a head_dim (64, 128), channel scales or not, and v_group (16 * a power of two that
+// divides head_dim: mma_handles).
+const void * pick(int head_dim, bool cscale, int v_group) {
+    const int mpg = v_group / 16;
+    if (head_dim == 64) return cscale ? pick_mpg<64, true>(mpg) : pick_mpg<64, false>(mpg);
+    return cscale ? pick_mpg<128, true>(mpg) : pick_mpg<128, false>(mpg);
 }
 
 // The largest dynamic shared memory a block of the current device may opt in to.
@@ -615,10 +689,9 @@ int smem_optin_limit() {
 }
 
 // Raises a kernel's dynamic shared-memory limit past the default 48 KiB when needed.
-void allow_smem(int head_dim, bool cscale, size_t smem) {
+void allow_smem(const void * kernel, size_t smem) {
     if (smem > 48 * 1024)
-        KVCOMP_CUDA_CHECK(
-            cudaFuncSetAttribute(pick(head_dim, cscale), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
 }
 
 }  // namespace
@@ -644,7 +717,7 @@ bool mma_handles(const qblock_layout & q, std::string * why) {
     return true;
 }
 
-int mma_stages(int stage_bytes) {
+int mma_stages(int stage_bytes) {  // at most kBarsPerWarp
     return stage_bytes <= 4096 ? 3 : 2;
 }
 
@@ -654,27 +727,20 @@ size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages) {
     return fixed_smem<128>() + std::max(kWarps * warp_smem<128>(stage_bytes, n_stages), merge_smem<128>());
 }
 
-int mma_blocks_per_sm(int head_dim, bool cscale, size_t smem) {
-    allow_smem(head_dim, cscale, smem);
+int mma_blocks_per_sm(const args & a, int head_dim, size_t smem) {
+    const void * kernel = pick(head_dim, a.cscale, a.v_group);
+    allow_smem(kernel, smem);
     int n = 0;
-    KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pick(head_dim, cscale), kThreads, smem));
+    KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
     return n > 0 ? n : 1;
 }
 
 void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem) {
-    allow_smem(head_dim, a.cscale, smem);
-    if (head_dim == 64) {
-        if (a.cscale)
-            attn_decode_quant_mma_kernel<64, true><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
-        else
-            attn_decode_quant_mma_kernel<64, false><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
-    } else {
-        if (a.cscale)
-            attn_decode_quant_mma_kernel<128, true><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
-        else
-            attn_decode_quant_mma_kernel<128, false><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
-    }
-    KVCOMP_CUDA_CHECK_LAUNCH();
+    const void * kernel = pick(head_dim, a.cscale, a.v_group);
+    allow_smem(kernel, smem);
+    args arg = a;
+    void * params[] = {&arg};
+    KVCOMP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kThreads), params, smem, ctx.stream));
 }
 
 }  // namespace kvcomp::cuda::dq

@@ -116,6 +116,43 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- bulk copies completing on an mbarrier (sm_90+) ----------------------------------------
+// One instruction copies a contiguous global range into shared memory (the copy engine, not the
+// lanes, moves it); the mbarrier's phase completes when every expected byte has landed. Callers
+// compile these only where KVCOMP_BULK_COPY is defined (sm_90 and later) and keep a cp.async path.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVCOMP_BULK_COPY 1
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialized mbarriers visible to the copy engine (before the block barrier that follows).
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` still to land in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// bytes (a multiple of 16; both addresses 16-byte aligned) from gmem to smem, counted on bar.
+__device__ __forceinline__ void bulk_copy(unsigned smem, const void * gmem, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem),
+                 "l"(gmem), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+#endif
+
 // ---- tensor cores (mma.sync, sm_80+) --------------------------------------------------------
 // c (16x8 f32) += a (16x16 f16, row-major) * b (16x8 f16, "col": b stored as 8 columns of 16).
 // Fragments, with g = lane/4, t = lane%4 (PTX ISA, mma.m16n8k16 floating point):
