@@ -245,10 +245,15 @@ TEST_P(quant_methods_on, zipcache_tail_window_covering_the_sequence_equals_kivi_
     });
     EXPECT_EQ(wrong_pages, 0);
     const auto rk = run_forced(*be, *kivi, seq, plen, n_decode);
+    // CUDA runs the two through different instances of its tensor-core decode (zipcache's channel
+    // scales accumulate each item apart; the stages, hence the window's items, differ in size), which
+    // agree to fp32 rounding, not bit for bit: 6.7e-12 on an H100 at dc2bc81. There the suite's
+    // engine tolerance applies; a dropped or doubled row would be orders of magnitude above it.
+    const double tol = GetParam().rfind("cuda", 0) == 0 ? test::logits_tolerance(GetParam()) : 1e-12;
     for (size_t b = 0; b < 2; ++b) {
         ASSERT_EQ(rz.logits[b].size(), rk.logits[b].size());
         ASSERT_EQ(rz.logits[b].size(), size_t(n_decode + 1) * size_t(tiny_cfg().vocab_size));
-        EXPECT_LE(test::nmse(rz.logits[b].data(), rk.logits[b].data(), rz.logits[b].size()), 1e-12) << "request " << b;
+        EXPECT_LE(test::nmse(rz.logits[b].data(), rk.logits[b].data(), rz.logits[b].size()), tol) << "request " << b;
     }
     const std::vector<std::vector<int32_t>> prompts = {test::make_prompt(5, 2), test::make_prompt(33, 4)};
     engine::engine none(engine_cfg(GetParam(), "none"));
