@@ -8,7 +8,10 @@
 //     (the last split also any beyond, and the window). Per block:
 //       0. the KV head's part of the slot (QB_HEAD_BYTES, one contiguous range) is copied to local
 //          memory with coalesced 16-byte loads: codes, f16 parameters and vscale are then read
-//          from local memory by every phase;
+//          from local memory by every phase. The loads of block i + 1 are issued into registers
+//          (PF uint4 per work-item) before block i is computed and stored to local memory after
+//          it, so their latency overlaps the compute instead of stalling the work-group between
+//          two barriers;
 //     then per segment (hi, lo) in tiles of up to NT tokens, and likewise for the window tiles:
 //       1. work-item i dequantizes the key row of token i (a 32-bit word of codes at a time, 4
 //          channels per float4: code * kstep + kmin) and computes its GB scores against q in local
@@ -41,6 +44,7 @@
 #define TPV (NT / LV)              // token slots in phase 3
 #define GBP (((GB + 3) / 4) * 4)   // heads padded to whole float4s in the score arrays
 #define BLK_V4 (QB_HEAD_BYTES / 16)
+#define PF ((BLK_V4 + NT - 1) / NT)  // 16-byte chunks of a block per work-item
 
 // Softmax state of the work-item: per head running max (log2 domain), sum and value accumulator.
 typedef struct {
@@ -202,16 +206,36 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         st.acc[g] = (float4)(0.0f);
     }
 
-    for (int bi = b_begin; bi < b_end; ++bi) {
-        const int sl = indices[p0 + bi];
-        if (sl < 0 || sl >= n_slots) continue;  // uniform over the work-group
-        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
-        const int n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
-        const int n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
-        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
-        barrier(CLK_LOCAL_MEM_FENCE);  // the previous block is no longer read
-        for (int e = tid; e < BLK_V4; e += NT) blk[e] = src[e];
-        barrier(CLK_LOCAL_MEM_FENCE);
+    // Block bi's chunks, its header counts and whether its slot is valid, loaded one block ahead.
+    uint4 nxt[PF];
+    int nhi_next = 0, nlo_next = 0;
+    bool valid_next = false;
+    for (int bi = b_begin - 1; bi < b_end; ++bi) {
+        const bool valid = valid_next;  // uniform over the work-group
+        const int n_hi = nhi_next, n_lo = nlo_next;
+        if (bi >= b_begin) {
+            barrier(CLK_LOCAL_MEM_FENCE);  // the previous block is no longer read
+            if (valid)
+#pragma unroll
+                for (int k = 0; k < PF; ++k)
+                    if (tid + k * NT < BLK_V4) blk[tid + k * NT] = nxt[k];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        valid_next = false;
+        if (bi + 1 < b_end) {  // issue block bi + 1's loads; they complete while bi is computed
+            const int sl = indices[p0 + bi + 1];
+            valid_next = sl >= 0 && sl < n_slots;
+            if (valid_next) {
+                global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+                nhi_next = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
+                nlo_next = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
+                global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
+#pragma unroll
+                for (int k = 0; k < PF; ++k)
+                    if (tid + k * NT < BLK_V4) nxt[k] = src[tid + k * NT];
+            }
+        }
+        if (bi < b_begin || !valid) continue;
         local const uchar * hb = (local const uchar *)blk;
 #if QB_CS
         const float4 vsc = vload_half4(lane, (local const half *)hb);
