@@ -2,10 +2,12 @@
 // SIMT kernel as fallback): the codes themselves are mma.sync m16n8k16 operands, so a token costs
 // about one ALU operation per code instead of a dequantize-and-FMA per code and query head.
 //
-// Kernel attn_decode_quant_mma_kernel<D, CS>: one block of 128 threads (4 warps) per (request, KV
-//   head, chunk of 4 query heads, split); D = head_dim (64, 128), CS = channel scales present.
+// Kernel attn_decode_quant_mma_kernel<D, CS, MPG>: one block of 128 threads (4 warps) per (request, KV
+//   head, chunk of 4 query heads, split); D = head_dim (64, 128), CS = channel scales present, MPG =
+//   m-tiles per value group.
 //   Items as in attn_decode_quant.cuh. Each warp streams its own items (warp w takes the split's
-//   items w, w + 4, ...): it copies them with cp.async into a ring of its own (2 stages, 3 for
+//   items w, w + 4, ...): it copies them (sm_90: one bulk copy per block on an mbarrier; else and for
+//   window chunks cp.async) into a ring of its own (2 stages, 3 for
 //   items of <= 4 KiB) and computes every 16-token tile of an item itself, so the item loop has
 //   no block barrier, only __syncwarp. (The first version shared each item among the 4 warps with
 //   two __syncthreads per item: 2 tiles per warp per ~10 KiB item left it latency-bound at 0.2

@@ -30,6 +30,8 @@ from probe_table import probe_kernel_table, probe_kernel_table_h200  # noqa: E40
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
+from quant_decode_section import quant_decode_section  # noqa: E402
+from schedule_section import E2E_SOURCE as WORKERS_E2E_SOURCE  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -43,7 +45,8 @@ all_results = load_results(d)
 # The low-rank methods have their own section (accuracy by compression p, their own GPU visit), and
 # so have ZipCache's recompression modes.
 results = [r for r in all_results
-           if r["source"] not in LOWRANK_SOURCES and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE)]
+           if r["source"] not in LOWRANK_SOURCES
+           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE, WORKERS_E2E_SOURCE)]
 
 
 def rows(name):
@@ -250,6 +253,7 @@ if quant:
                 w = t[(new_c, op, b, ctx)]
                 out.append(f"| {op[7:]} | {b} | {ctx} | {fmt(v, 4)} | {fmt(w, 4)} | {v / w:.2f}× |")
         out.append("")
+    out += quant_decode_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}

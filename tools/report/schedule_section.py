@@ -6,6 +6,7 @@
   bench_ops_merge16_ab_h200.csv  that merge and the one with 16 warps for rows of > 64 tasks, batch 1, two runs
   bench_ops_palu_workers_h200.csv  Palu's decode at auto and 1 x SMs, two runs
   bench_ops_ocl_worker_scales_h200.csv  the balanced decodes on NVIDIA's OpenCL driver at 1, 2, 3 x the compute units
+  bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (E2E_SOURCE)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -13,6 +14,7 @@ import re
 
 from results_data import commits_in_order, read_dicts
 
+E2E_SOURCE = "bench_e2e_workers_h100.csv"  # kept out of the generic bench sections
 _ROW = re.compile(r"decode_(lowrank_balanced|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
 _PAGES = {"lowrank_balanced": "f16", "lowrank_q4_balanced": "q4", "palu": "palu (f16 latent K)"}
 
@@ -63,6 +65,37 @@ def schedule_table(rows, base, title, caption, base_label="1×SMs"):
         f = fp16.get(key[2:])
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(row) +
                    (f" | {sum(f) / len(f):.4f} |" if f else " | – |"))
+    return out + [""]
+
+
+def e2e_workers_table(rows):
+    """TTFT and TBT of one method at workers=1 and workers=auto per (batch, prompt), from kvcomp bench rows."""
+    v, modes = {}, []
+    for r in rows:
+        m = re.search(r"workers=([a-z0-9]+)", r["method_opts"])
+        if not m or r["metric"] not in ("ttft_ms", "tbt_ms"):
+            continue
+        if m.group(1) not in modes:
+            modes.append(m.group(1))
+        v[(int(r["batch"]), int(r["context"]), m.group(1), r["metric"])] = float(r["value"])
+    if len(modes) != 2:
+        return []
+    a, b = modes
+    r0 = rows[0]
+    out = ["### workers=auto end to end (kvcomp bench, H100)", "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {r0['device']} ({r0['backend']}, commit "
+           f"`{r0['commit']}`, {r0['date'][:10]}, `docs/data/{E2E_SOURCE}`): {r0['method']} calibrated on the "
+           "random-weight model for p = 0.5, 16 generated tokens, one run per point, the two settings one after the "
+           "other. Random weights give every head the same rank, so the schedule has no uneven ranks to balance; "
+           "8 × 32K did not fit this card's memory.", "",
+           f"| batch | prompt | TTFT ms workers={a} | TTFT ms workers={b} | TBT ms workers={a} | TBT ms workers={b} | "
+           f"TBT {b} / {a} |", "|---|---|---|---|---|---|---|"]
+    for (bt, ctx) in sorted({k[:2] for k in v}):
+        g = lambda mode, met: v.get((bt, ctx, mode, met))
+        if None in (g(a, "ttft_ms"), g(b, "ttft_ms"), g(a, "tbt_ms"), g(b, "tbt_ms")):
+            continue
+        out.append(f"| {bt} | {ctx} | {g(a, 'ttft_ms'):.1f} | {g(b, 'ttft_ms'):.1f} | {g(a, 'tbt_ms'):.3f} | "
+                   f"{g(b, 'tbt_ms'):.3f} | {g(b, 'tbt_ms') / g(a, 'tbt_ms'):.3f} |")
     return out + [""]
 
 
@@ -120,4 +153,5 @@ def schedule_section(data_dir):
             "cut for s × the compute units; the fp16 column is OpenCL's fp16 decode of the same run. OpenCL has no "
             "occupancy query, so the backend reports its compute units and `workers=auto` is 1 × there; "
             "`workers=3` is the measured choice at batch 16. Cells: ms (fraction of copy).")
+    out += e2e_workers_table(read_dicts(os.path.join(data_dir, E2E_SOURCE)))
     return out

@@ -1,0 +1,95 @@
+"""The CUDA tensor-core quantized decode's instruction diet and the experiments around it (issue 6,
+docs/RESULTS.md), from
+  bench_ops_quant_ab_h100.csv        5d3ebce against dc2bc81, interleaved, two passes of each binary
+  bench_ops_quant_step1_ab_h100.csv  5d3ebce against bf87467 (the first of the two steps), the same way
+  bench_ops_quant_occupancy_h100.csv dc2bc81 against an uncommitted variant (KIVI's kernel at 4 blocks per SM,
+                                     2-stage rings), two passes
+  bench_ops_quant_ocl_prefetch_h100.csv  NVIDIA's OpenCL driver: 5d3ebce against 21d026b (the next block's
+                                     loads in registers; reverted), two passes
+Every number is read from those files; nothing is typed here.
+"""
+import os
+
+from results_data import commits_in_order, read_dicts
+
+_LAYOUT = {"decode_zipcache": "zipcache", "decode_kivi2": "kivi2"}
+
+
+def _mean(v):
+    return sum(v) / len(v)
+
+
+def ab_table(rows, title, caption):
+    """Mean time (fraction of copy) of the old and the new binary per (layout, batch, context), the fp16 decode
+    of the same runs, and old / new."""
+    commits = commits_in_order(rows)
+    if len(commits) != 2:
+        return []
+    old, new = commits
+    cells, fp16 = {}, {}
+    for r in rows:
+        if not r["time_ms"] or r["op"] == "copy_bw":
+            continue
+        key = (int(r["batch"]), int(r["context"]))
+        if r["op"] == "decode_fp16":
+            fp16.setdefault(key, []).append(float(r["time_ms"]))
+        elif r["op"] in _LAYOUT:
+            cells.setdefault((_LAYOUT[r["op"]],) + key, {}).setdefault(r["commit"], []).append(
+                (float(r["time_ms"]), float(r["fraction_of_copy"])))
+    out = [title, "", caption, "",
+           f"| layout | batch | context | `{old}` ms (of copy) | `{new}` ms (of copy) | old / new | fp16 decode ms |",
+           "|---|---|---|---|---|---|---|"]
+    for key in sorted(cells):
+        c = cells[key]
+        if old not in c or new not in c:
+            continue
+        to, tn = _mean([t for t, _ in c[old]]), _mean([t for t, _ in c[new]])
+        f = fp16.get(key[1:])
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {to:.4f} ({_mean([x for _, x in c[old]]):.2f}) | "
+                   f"{tn:.4f} ({_mean([x for _, x in c[new]]):.2f}) | {to / tn:.2f}× | "
+                   + (f"{_mean(f):.4f} |" if f else "– |"))
+    return out + [""]
+
+
+def quant_decode_section(data_dir):
+    ab = read_dicts(os.path.join(data_dir, "bench_ops_quant_ab_h100.csv"))
+    step1 = read_dicts(os.path.join(data_dir, "bench_ops_quant_step1_ab_h100.csv"))
+    occ = read_dicts(os.path.join(data_dir, "bench_ops_quant_occupancy_h100.csv"))
+    ocl = read_dicts(os.path.join(data_dir, "bench_ops_quant_ocl_prefetch_h100.csv"))
+    out = []
+    if ab:
+        old, new = commits_in_order(ab)
+        out += ab_table(
+            ab, "### The tensor-core quantized decode with fewer instructions per item (H100, interleaved A/B)",
+            f"`bench_ops --sweeps fp16,quant` on {ab[0]['device']} ({ab[0]['backend']}, {ab[0]['date'][:10]}), two "
+            f"passes of each binary one after the other (`docs/data/bench_ops_quant_ab_h100.csv`, mean of the two): "
+            f"`{old}` against `{new}`: a block item is two bulk copies (cp.async.bulk, sm_90) awaited on an mbarrier "
+            "instead of a 16-byte cp.async per lane and chunk; the kernel is templated on the value group width, so "
+            "a token row's value parameters are one load; q' is written pairwise and the bias reduced in 6 shuffles; "
+            "no score tile past a segment's end. Shapes as in the table above; cells: ms (fraction of the copy "
+            "bandwidth for the bytes read); the fp16 decode column is the mean over both binaries' runs (the fp16 "
+            "kernel is unchanged).")
+    if step1:
+        old, new = commits_in_order(step1)
+        out += ab_table(
+            step1, "### The first of the two steps alone (H100, interleaved A/B, an earlier visit)",
+            f"The same sweep on {step1[0]['device']} ({step1[0]['date'][:10]}, "
+            f"`docs/data/bench_ops_quant_step1_ab_h100.csv`): `{old}` against `{new}` (q' pairwise, the bias in 6 "
+            "shuffles, no score tile past a segment's end, no division for the ring stage, pointer steps in the "
+            "copy).")
+    if occ:
+        out += ab_table(
+            occ, "### Experiment, not adopted: KIVI's kernel at 4 blocks per SM (H100)",
+            f"`{commits_in_order(occ)[0]}` against a binary built from it with the non-scaled kernel's launch bound "
+            "raised from 3 to 4 blocks per SM (ptxas then spills 12-36 bytes) and 2-stage rings for every layout "
+            "(shared memory allows 4 blocks only then); two passes each "
+            f"(`docs/data/bench_ops_quant_occupancy_h100.csv`, {occ[0]['date'][:10]}). Zipcache's kernel keeps 2 "
+            "blocks per SM in both. No fp16 rows in this run.")
+    if ocl:
+        out += ab_table(
+            ocl, "### Experiment, reverted: the OpenCL kernel loading the next block into registers (H100)",
+            f"NVIDIA's OpenCL driver ({ocl[0]['backend']}, {ocl[0]['date'][:10]}, two interleaved passes, "
+            "`docs/data/bench_ops_quant_ocl_prefetch_h100.csv`): the kernel of `5d3ebce` (unchanged since) against "
+            "`21d026b`, which issued the next block's 16-byte loads into registers before computing the current "
+            "block. It helped zipcache's 11 KB blocks and slowed KIVI-2's 3 KB blocks, so it was reverted.")
+    return out
