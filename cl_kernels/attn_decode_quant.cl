@@ -8,17 +8,11 @@
 //     (the last split also any beyond, and the window). Per block:
 //       0. the KV head's part of the slot (QB_HEAD_BYTES, one contiguous range) is copied to local
 //          memory with coalesced 16-byte loads: codes, f16 parameters and vscale are then read
-//          from local memory by every phase. The loads of block i + 1 are issued into registers
-//          (PF uint4 per work-item) before block i is computed and stored to local memory after
-//          it, so their latency overlaps the compute instead of stalling the work-group between
-//          two barriers;
+//          from local memory by every phase;
 //     then per segment (hi, lo) in tiles of up to NT tokens, and likewise for the window tiles:
-//       1. work-item i computes the GB scores of token i from its key codes (a 32-bit word at a time,
-//          4 channels per float4) without dequantizing them: q.k = sum_c (q_c kstep_c) code_c +
-//          sum_c q_c kmin_c, with q' = q * kstep (qk4) and the bias (kb_l) made once per segment
-//          by the work-group (q pre-scaled by scale * log2(e), so the softmax uses exp2). Per 4
-//          channels and token that is the code extraction and GB dot products; dequantizing cost
-//          two half4 loads and conversions and 4 FMA more per token;
+//       1. work-item i dequantizes the key row of token i (a 32-bit word of codes at a time, 4
+//          channels per float4: code * kstep + kmin) and computes its GB scores against q in local
+//          memory (pre-scaled by scale * log2(e), so the softmax uses exp2);
 //       2. every work-item scans the tile's scores for the per-head maximum and applies the online
 //          softmax update (running max m, rescale alpha, probabilities p to local memory);
 //       3. work-items become (token slot, lane): lane l owns channels [4l, 4l + 4), whose codes
@@ -47,7 +41,6 @@
 #define TPV (NT / LV)              // token slots in phase 3
 #define GBP (((GB + 3) / 4) * 4)   // heads padded to whole float4s in the score arrays
 #define BLK_V4 (QB_HEAD_BYTES / 16)
-#define PF ((BLK_V4 + NT - 1) / NT)  // 16-byte chunks of a block per work-item
 
 // Softmax state of the work-item: per head running max (log2 domain), sum and value accumulator.
 typedef struct {
@@ -96,38 +89,28 @@ inline float4 kvc_codes4(uint w, int shift, int bits) {
 // One segment of a staged block: n tokens, tiles of NT.
 inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, int vmin_off, int vstep_off,
                               int kcodes_off, int vcodes_off, int n, float4 vsc, local const float4 * q4,
-                              local float4 * qk4, local float * kb_l, local float4 * s4, local float * p_l,
-                              kvc_state * st) {
+                              local float4 * s4, local float * p_l, kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
     const int rb = QB_HD * bits / 8, cpw = 32 / bits;  // code row bytes, codes per 32-bit word
     local const half * kmin = (local const half *)seg;
     local const half * kstep = (local const half *)(seg + kstep_off);
     local const half * vmin = (local const half *)(seg + vmin_off);
     local const half * vstep = (local const half *)(seg + vstep_off);
-    // q' = q * kstep and the bias sum_c q_c kmin_c of each head. The previous segment's last reads of
-    // qk4 / kb_l (its phase 1) precede the barriers of its softmax, so these writes are safe.
-    for (int i = tid; i < GB * HD4; i += NT) qk4[i] = q4[i] * vload_half4(i % HD4, kstep);
-    if (tid < GB) {
-        float b = 0.0f;
-        for (int c4 = 0; c4 < HD4; ++c4) b += dot(q4[tid * HD4 + c4], vload_half4(c4, kmin));
-        kb_l[tid] = b;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
     for (int t0 = 0; t0 < n; t0 += NT) {
         const int tn = min(NT, n - t0);
         // 1. scores of token t0 + tid
         float s[GB];
 #pragma unroll
-        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? kb_l[g] : -INFINITY;
+        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
         if (tid < tn) {
             local const uint * row = (local const uint *)(seg + kcodes_off + (t0 + tid) * rb);
             for (int w = 0; w < rb / 4; ++w) {
                 const uint word = row[w];
                 for (int i = 0; i < cpw / 4; ++i) {
                     const int c4 = w * (cpw / 4) + i;
-                    const float4 cd = kvc_codes4(word, 4 * i * bits, bits);
+                    const float4 kd = kvc_codes4(word, 4 * i * bits, bits) * vload_half4(c4, kstep) + vload_half4(c4, kmin);
 #pragma unroll
-                    for (int g = 0; g < GB; ++g) s[g] += dot(cd, qk4[g * HD4 + c4]);
+                    for (int g = 0; g < GB; ++g) s[g] += dot(kd, q4[g * HD4 + c4]);
                 }
             }
         }
@@ -187,8 +170,6 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
                           int n_q_heads, int n_slots, int n_win_rows, int win_tokens, int n_splits, int chunk,
                           float qscale) {
     local float4 q4[GB * HD4];
-    local float4 qk4[GB * HD4];     // q * kstep of the current segment
-    local float kb_l[GB];           // sum_c q_c kmin_c of the current segment
     local float4 s4[NT * GBP / 4];  // scores of the tile, [token][head]
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local float4 o4[TPV * HD4];     // slot accumulators at the end
@@ -221,36 +202,16 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         st.acc[g] = (float4)(0.0f);
     }
 
-    // Block bi's chunks, its header counts and whether its slot is valid, loaded one block ahead.
-    uint4 nxt[PF];
-    int nhi_next = 0, nlo_next = 0;
-    bool valid_next = false;
-    for (int bi = b_begin - 1; bi < b_end; ++bi) {
-        const bool valid = valid_next;  // uniform over the work-group
-        const int n_hi = nhi_next, n_lo = nlo_next;
-        if (bi >= b_begin) {
-            barrier(CLK_LOCAL_MEM_FENCE);  // the previous block is no longer read
-            if (valid)
-#pragma unroll
-                for (int k = 0; k < PF; ++k)
-                    if (tid + k * NT < BLK_V4) blk[tid + k * NT] = nxt[k];
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-        valid_next = false;
-        if (bi + 1 < b_end) {  // issue block bi + 1's loads; they complete while bi is computed
-            const int sl = indices[p0 + bi + 1];
-            valid_next = sl >= 0 && sl < n_slots;
-            if (valid_next) {
-                global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
-                nhi_next = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
-                nlo_next = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
-                global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
-#pragma unroll
-                for (int k = 0; k < PF; ++k)
-                    if (tid + k * NT < BLK_V4) nxt[k] = src[tid + k * NT];
-            }
-        }
-        if (bi < b_begin || !valid) continue;
+    for (int bi = b_begin; bi < b_end; ++bi) {
+        const int sl = indices[p0 + bi];
+        if (sl < 0 || sl >= n_slots) continue;  // uniform over the work-group
+        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+        const int n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
+        const int n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
+        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
+        barrier(CLK_LOCAL_MEM_FENCE);  // the previous block is no longer read
+        for (int e = tid; e < BLK_V4; e += NT) blk[e] = src[e];
+        barrier(CLK_LOCAL_MEM_FENCE);
         local const uchar * hb = (local const uchar *)blk;
 #if QB_CS
         const float4 vsc = vload_half4(lane, (local const half *)hb);
@@ -259,11 +220,11 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
 #endif
 #if QB_HI_BYTES > 0
         kvc_quant_segment(hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
-                          n_hi, vsc, q4, qk4, kb_l, s4, p_l, &st);
+                          n_hi, vsc, q4, s4, p_l, &st);
 #endif
 #if QB_LO_BYTES > 0
         kvc_quant_segment(hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
-                          n_lo, vsc, q4, qk4, kb_l, s4, p_l, &st);
+                          n_lo, vsc, q4, s4, p_l, &st);
 #endif
     }
     if (split == n_splits - 1) {

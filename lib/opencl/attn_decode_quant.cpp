@@ -29,7 +29,7 @@ int heads_per_group(const attn_decode_quant_params & p) {
 // Mirrors the local arrays of kvc_adq_split.
 size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     const size_t d = size_t(q.head_dim), tpv = nt / (d / 4), gbp = size_t(gb + 3) / 4 * 4;
-    return sizeof(float) * (2 * size_t(gb) * d + size_t(gb) + 2 * nt * gbp + tpv * d + tpv) + size_t(q.head_bytes());
+    return sizeof(float) * (size_t(gb) * d + 2 * nt * gbp + tpv * d + tpv) + size_t(q.head_bytes());
 }
 
 }  // namespace
