@@ -5,7 +5,9 @@ docs/RESULTS.md), from
   bench_ops_quant_occupancy_h100.csv dc2bc81 against an uncommitted variant (KIVI's kernel at 4 blocks per SM,
                                      2-stage rings), two passes
   bench_ops_quant_ocl_prefetch_h100.csv  NVIDIA's OpenCL driver: 5d3ebce against 21d026b (the next block's
-                                     loads in registers; reverted), two passes
+                                     loads in registers; removed in 6850da7), two passes
+  bench_ops_quant_ocl_qk_h100.csv    the same: 5d3ebce against 79921af (that prefetch plus scores from the
+                                     codes with q * kstep per segment; removed in 6850da7), two passes
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -56,6 +58,7 @@ def quant_decode_section(data_dir):
     step1 = read_dicts(os.path.join(data_dir, "bench_ops_quant_step1_ab_h100.csv"))
     occ = read_dicts(os.path.join(data_dir, "bench_ops_quant_occupancy_h100.csv"))
     ocl = read_dicts(os.path.join(data_dir, "bench_ops_quant_ocl_prefetch_h100.csv"))
+    ocl_qk = read_dicts(os.path.join(data_dir, "bench_ops_quant_ocl_qk_h100.csv"))
     out = []
     if ab:
         old, new = commits_in_order(ab)
@@ -87,9 +90,17 @@ def quant_decode_section(data_dir):
             "blocks per SM in both. No fp16 rows in this run.")
     if ocl:
         out += ab_table(
-            ocl, "### Experiment, reverted: the OpenCL kernel loading the next block into registers (H100)",
+            ocl, "### Experiment, removed: the OpenCL kernel loading the next block into registers (H100)",
             f"NVIDIA's OpenCL driver ({ocl[0]['backend']}, {ocl[0]['date'][:10]}, two interleaved passes, "
-            "`docs/data/bench_ops_quant_ocl_prefetch_h100.csv`): the kernel of `5d3ebce` (unchanged since) against "
+            "`docs/data/bench_ops_quant_ocl_prefetch_h100.csv`): the kernel of `5d3ebce` (the current one) against "
             "`21d026b`, which issued the next block's 16-byte loads into registers before computing the current "
-            "block. It helped zipcache's 11 KB blocks and slowed KIVI-2's 3 KB blocks, so it was reverted.")
+            "block. It helped zipcache's 11 KB blocks and slowed KIVI-2's 3 KB blocks; removed in `6850da7` "
+            "(`ad372d1`, meant as its revert, had kept it).")
+    if ocl_qk:
+        out += ab_table(
+            ocl_qk, "### Experiment, removed: OpenCL scores from the key codes with q · kstep per segment (H100)",
+            f"The same way ({ocl_qk[0]['date'][:10]}, `docs/data/bench_ops_quant_ocl_qk_h100.csv`): `5d3ebce` against "
+            "`79921af`, which kept the prefetch above and computed the scores from the codes without dequantizing "
+            "(q' = q · kstep and the bias Σ q · kmin once per segment in local memory, as the CUDA kernel does). "
+            "Slower for KIVI-2's 32-token blocks; removed in `6850da7`.")
     return out
