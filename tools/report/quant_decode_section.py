@@ -53,54 +53,52 @@ def ab_table(rows, title, caption):
     return out + [""]
 
 
+# (file, title, caption); {device}, {backend}, {date}, {old}, {new} and {file} in a caption are filled
+# from the file's rows (old, new: its two commits in the order they ran).
+_TABLES = [
+    ("bench_ops_quant_ab_h100.csv",
+     "### The tensor-core quantized decode with fewer instructions per item (H100, interleaved A/B)",
+     "`bench_ops --sweeps fp16,quant` on {device} ({backend}, {date}), two passes of each binary one after the "
+     "other (`docs/data/{file}`, mean of the two): `{old}` against `{new}`: a block item is two bulk copies "
+     "(cp.async.bulk, sm_90) awaited on an mbarrier instead of a 16-byte cp.async per lane and chunk; the kernel is "
+     "templated on the value group width, so a token row's value parameters are one load; q' is written pairwise "
+     "and the bias reduced in 6 shuffles; no score tile past a segment's end. Shapes as in the table above; cells: "
+     "ms (fraction of the copy bandwidth for the bytes read); the fp16 decode column is the mean over both "
+     "binaries' runs (the fp16 kernel is unchanged)."),
+    ("bench_ops_quant_step1_ab_h100.csv",
+     "### The first of the two steps alone (H100, interleaved A/B, an earlier visit)",
+     "The same sweep on {device} ({date}, `docs/data/{file}`): `{old}` against `{new}` (q' pairwise, the bias in 6 "
+     "shuffles, no score tile past a segment's end, no division for the ring stage, pointer steps in the copy)."),
+    ("bench_ops_quant_occupancy_h100.csv",
+     "### Experiment, not adopted: KIVI's kernel at 4 blocks per SM (H100)",
+     "`{old}` against a binary built from it with the non-scaled kernel's launch bound raised from 3 to 4 blocks "
+     "per SM (ptxas then spills 12-36 bytes) and 2-stage rings for every layout (shared memory allows 4 blocks only "
+     "then); two passes each (`docs/data/{file}`, {date}). Zipcache's kernel keeps 2 blocks per SM in both. No "
+     "fp16 rows in this run."),
+    ("bench_ops_quant_ocl_prefetch_h100.csv",
+     "### Experiment, removed: the OpenCL kernel loading the next block into registers (H100)",
+     "NVIDIA's OpenCL driver ({backend}, {date}, two interleaved passes, `docs/data/{file}`): the kernel of "
+     "`{old}` (the current one) against `{new}`, which issued the next block's 16-byte loads into registers "
+     "before computing the current block. It helped zipcache's 11 KB blocks and slowed KIVI-2's 3 KB blocks; "
+     "removed in `6850da7`. (`{new}` is not in the history: an amend meant for its revert renamed it, so "
+     "`ad372d1` holds its tree under a message that calls it a revert.)"),
+    ("bench_ops_quant_ocl_qk_h100.csv",
+     "### Experiment, removed: OpenCL scores from the key codes with q · kstep per segment (H100)",
+     "The same way ({date}, `docs/data/{file}`): `{old}` against `{new}`, which kept the prefetch above and "
+     "computed the scores from the codes without dequantizing (q' = q · kstep and the bias Σ q · kmin once per "
+     "segment in local memory, as the CUDA kernel does). Slower for KIVI-2's 32-token blocks; removed in "
+     "`6850da7`."),
+]
+
+
 def quant_decode_section(data_dir):
-    ab = read_dicts(os.path.join(data_dir, "bench_ops_quant_ab_h100.csv"))
-    step1 = read_dicts(os.path.join(data_dir, "bench_ops_quant_step1_ab_h100.csv"))
-    occ = read_dicts(os.path.join(data_dir, "bench_ops_quant_occupancy_h100.csv"))
-    ocl = read_dicts(os.path.join(data_dir, "bench_ops_quant_ocl_prefetch_h100.csv"))
-    ocl_qk = read_dicts(os.path.join(data_dir, "bench_ops_quant_ocl_qk_h100.csv"))
     out = []
-    if ab:
-        old, new = commits_in_order(ab)
-        out += ab_table(
-            ab, "### The tensor-core quantized decode with fewer instructions per item (H100, interleaved A/B)",
-            f"`bench_ops --sweeps fp16,quant` on {ab[0]['device']} ({ab[0]['backend']}, {ab[0]['date'][:10]}), two "
-            f"passes of each binary one after the other (`docs/data/bench_ops_quant_ab_h100.csv`, mean of the two): "
-            f"`{old}` against `{new}`: a block item is two bulk copies (cp.async.bulk, sm_90) awaited on an mbarrier "
-            "instead of a 16-byte cp.async per lane and chunk; the kernel is templated on the value group width, so "
-            "a token row's value parameters are one load; q' is written pairwise and the bias reduced in 6 shuffles; "
-            "no score tile past a segment's end. Shapes as in the table above; cells: ms (fraction of the copy "
-            "bandwidth for the bytes read); the fp16 decode column is the mean over both binaries' runs (the fp16 "
-            "kernel is unchanged).")
-    if step1:
-        old, new = commits_in_order(step1)
-        out += ab_table(
-            step1, "### The first of the two steps alone (H100, interleaved A/B, an earlier visit)",
-            f"The same sweep on {step1[0]['device']} ({step1[0]['date'][:10]}, "
-            f"`docs/data/bench_ops_quant_step1_ab_h100.csv`): `{old}` against `{new}` (q' pairwise, the bias in 6 "
-            "shuffles, no score tile past a segment's end, no division for the ring stage, pointer steps in the "
-            "copy).")
-    if occ:
-        out += ab_table(
-            occ, "### Experiment, not adopted: KIVI's kernel at 4 blocks per SM (H100)",
-            f"`{commits_in_order(occ)[0]}` against a binary built from it with the non-scaled kernel's launch bound "
-            "raised from 3 to 4 blocks per SM (ptxas then spills 12-36 bytes) and 2-stage rings for every layout "
-            "(shared memory allows 4 blocks only then); two passes each "
-            f"(`docs/data/bench_ops_quant_occupancy_h100.csv`, {occ[0]['date'][:10]}). Zipcache's kernel keeps 2 "
-            "blocks per SM in both. No fp16 rows in this run.")
-    if ocl:
-        out += ab_table(
-            ocl, "### Experiment, removed: the OpenCL kernel loading the next block into registers (H100)",
-            f"NVIDIA's OpenCL driver ({ocl[0]['backend']}, {ocl[0]['date'][:10]}, two interleaved passes, "
-            "`docs/data/bench_ops_quant_ocl_prefetch_h100.csv`): the kernel of `5d3ebce` (the current one) against "
-            "`21d026b`, which issued the next block's 16-byte loads into registers before computing the current "
-            "block. It helped zipcache's 11 KB blocks and slowed KIVI-2's 3 KB blocks; removed in `6850da7` "
-            "(`ad372d1`, meant as its revert, had kept it).")
-    if ocl_qk:
-        out += ab_table(
-            ocl_qk, "### Experiment, removed: OpenCL scores from the key codes with q · kstep per segment (H100)",
-            f"The same way ({ocl_qk[0]['date'][:10]}, `docs/data/bench_ops_quant_ocl_qk_h100.csv`): `5d3ebce` against "
-            "`79921af`, which kept the prefetch above and computed the scores from the codes without dequantizing "
-            "(q' = q · kstep and the bias Σ q · kmin once per segment in local memory, as the CUDA kernel does). "
-            "Slower for KIVI-2's 32-token blocks; removed in `6850da7`.")
+    for name, title, caption in _TABLES:
+        rows = read_dicts(os.path.join(data_dir, name))
+        commits = commits_in_order(rows)
+        if len(commits) != 2:
+            continue
+        r0 = rows[0]
+        out += ab_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"], date=r0["date"][:10],
+                                                    old=commits[0], new=commits[1], file=name))
     return out
