@@ -76,6 +76,7 @@ bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["sou
             and "random_weights" not in opts(r["task_opts"])]
 quant_e2e = [r for r in results if r["source"] == "bench_quant_ttft.csv"]
 quant_e2e_h200 = [r for r in results if r["source"] == "bench_quant_ttft_h200.csv"]
+quant_e2e_h100 = [r for r in results if r["source"] == "bench_quant_e2e_h100.csv"]
 
 
 def kv_cell(r):
@@ -327,6 +328,9 @@ out += quant_ttft_section(quant_e2e, "### Quantized caches end to end: TTFT with
 out += quant_ttft_section(quant_e2e_h200, "### Quantized caches end to end after the saliency kernel's rework (kvcomp bench, H200)",
                           "The probe_scores column-sum kernel staging each block's probe rows through shared memory "
                           "(`docs/data/h200_visits_2026-11-26b.log`, visit 4):")
+out += quant_ttft_section(quant_e2e_h100, "### Quantized caches end to end with the bulk-copy decode (kvcomp bench, H100)",
+                          "The tensor-core decode after its two steps of 2026-11-27 (`docs/data/gpu_visits_2026-11-27.log`, "
+                          "visit 25; 8 × 32K skipped by `--max-kv-gib 20`):")
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",

@@ -2,6 +2,7 @@
 docs/RESULTS.md), from
   bench_ops_quant_ab_h100.csv        5d3ebce against dc2bc81, interleaved, two passes of each binary
   bench_ops_quant_step1_ab_h100.csv  5d3ebce against bf87467 (the first of the two steps), the same way
+  bench_ops_quant_merge_ab_h100.csv  e9a54a2 against 4258586 (the split merge), the same way
   bench_ops_quant_occupancy_h100.csv dc2bc81 against an uncommitted variant (KIVI's kernel at 4 blocks per SM,
                                      2-stage rings), two passes
   bench_ops_quant_ocl_prefetch_h100.csv  NVIDIA's OpenCL driver: 5d3ebce against 21d026b (the next block's
@@ -65,6 +66,13 @@ _TABLES = [
      "and the bias reduced in 6 shuffles; no score tile past a segment's end. Shapes as in the table above; cells: "
      "ms (fraction of the copy bandwidth for the bytes read); the fp16 decode column is the mean over both "
      "binaries' runs (the fp16 kernel is unchanged)."),
+    ("bench_ops_quant_merge_ab_h100.csv",
+     "### The split merge with block reductions (H100, interleaved A/B)",
+     "The same sweep ({date}, `docs/data/{file}`, mean of two passes): `{old}` against `{new}`, whose merge of the "
+     "splits' partials runs 256 threads per row (block reductions for the max and the weight sum, four loads in "
+     "flight per thread) instead of one thread per channel walking every split three times. Under Nsight Compute "
+     "at batch 1 the merge went from 16.3 to 12.2 us (KIVI-2 1 × 128K, 49 splits) and from 11.6-12.3 to 9.5-9.8 us "
+     "(zipcache, 31-33 splits) (`docs/data/gpu_visits_2026-11-27.log`, visits 25-26)."),
     ("bench_ops_quant_step1_ab_h100.csv",
      "### The first of the two steps alone (H100, interleaved A/B, an earlier visit)",
      "The same sweep on {device} ({date}, `docs/data/{file}`): `{old}` against `{new}` (q' pairwise, the bias in 6 "
