@@ -365,21 +365,24 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
 }
 
 // out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2; zeros and
-// -inf when no split saw a token. One block of kMergeThreads per (row, 32 channels): the max and the
+// -inf when no split saw a token. One block of kMergeThreads per (row, cpb channels): the max and the
 // sum of weights are block reductions over the splits (every block of a row computes them), and
-// thread (j, d) of the kMergeGroups groups sums channel d over splits j, j + kMergeGroups, ... with
-// four independent accumulators, so a thread keeps four partials' loads in flight. (One thread per
-// channel walking every split three times, one block per row, took 12-16 us under Nsight Compute
-// at batch 1 with 31-49 splits on an H100, against 42-103 us for the decode itself.)
-constexpr int kMergeThreads = 256, kMergeChannels = 32, kMergeGroups = kMergeThreads / kMergeChannels;
+// thread (j, d) of the kMergeThreads / cpb groups sums channel d over splits j, j + groups, ... with
+// four independent accumulators, so a thread keeps four partials' loads in flight. cpb is 32 when
+// the rows are fewer than the SMs (batch 1: 32 rows would use 32 SMs), else head_dim (a block per
+// row; at 16 x 4K the 4 blocks per row cost 3 %). One thread per channel walking every split three
+// times, one block per row, took 12-16 us under Nsight Compute at batch 1 with 31-49 splits on an
+// H100, against 42-103 us for the decode itself; 5.5-6.4 us now.
+constexpr int kMergeThreads = 256;
 __global__ void __launch_bounds__(kMergeThreads)
     attn_decode_quant_merge_kernel(const float * __restrict__ part_o, const float * __restrict__ part_lse,
-                                   float * __restrict__ out, float * __restrict__ lse_out, int n_splits, int head_dim) {
+                                   float * __restrict__ out, float * __restrict__ lse_out, int n_splits, int head_dim,
+                                   int cpb) {
     __shared__ float scratch[32];
     __shared__ float sums[kMergeThreads];
-    const int blocks_per_row = head_dim / kMergeChannels;
+    const int blocks_per_row = head_dim / cpb, groups = kMergeThreads / cpb;
     const int64_t row = blockIdx.x / blocks_per_row;
-    const int tid = threadIdx.x, c0 = int(blockIdx.x % blocks_per_row) * kMergeChannels;
+    const int tid = threadIdx.x, c0 = int(blockIdx.x % blocks_per_row) * cpb;
     const float * lse = part_lse + row * n_splits;
     float mx = -INFINITY;
     for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, lse[s]);
@@ -388,25 +391,25 @@ __global__ void __launch_bounds__(kMergeThreads)
     if (mx != -INFINITY)
         for (int s = tid; s < n_splits; s += kMergeThreads) den += exp2f(lse[s] - mx);
     den = block_sum(den, scratch);
-    const int j = tid / kMergeChannels, d = c0 + tid % kMergeChannels;
+    const int j = tid / cpb, d = c0 + tid % cpb;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (mx != -INFINITY) {
         const float * po = part_o + row * n_splits * head_dim + d;
         int s = j;
-        for (; s + 3 * kMergeGroups < n_splits; s += 4 * kMergeGroups) {
+        for (; s + 3 * groups < n_splits; s += 4 * groups) {
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int su = s + u * kMergeGroups;
+                const int su = s + u * groups;
                 acc[u] = fmaf(exp2f(lse[su] - mx), po[int64_t(su) * head_dim], acc[u]);
             }
         }
-        for (; s < n_splits; s += kMergeGroups) acc[0] = fmaf(exp2f(lse[s] - mx), po[int64_t(s) * head_dim], acc[0]);
+        for (; s < n_splits; s += groups) acc[0] = fmaf(exp2f(lse[s] - mx), po[int64_t(s) * head_dim], acc[0]);
     }
     sums[tid] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     __syncthreads();
-    if (tid < kMergeChannels) {
+    if (tid < cpb) {
         float num = 0.0f;
-        for (int g = 0; g < kMergeGroups; ++g) num += sums[g * kMergeChannels + tid];
+        for (int g = 0; g < groups; ++g) num += sums[g * cpb + tid];
         out[row * head_dim + c0 + tid] = mx == -INFINITY ? 0.0f : num / den;
     }
     if (tid == 0 && c0 == 0) lse_out[row] = mx == -INFINITY ? -INFINITY : (mx + log2f(den)) * kLn2;
@@ -638,9 +641,10 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     else
         dispatch(D, qp, ctx, a, work * splits, smem);
     if (splits > 1) {
-        attn_decode_quant_merge_kernel<<<unsigned(p.batch * p.n_q_heads * (D / kMergeChannels)), kMergeThreads, 0,
-                                         ctx.stream>>>(
-            a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D);
+        const int64_t rows = p.batch * p.n_q_heads;
+        const int cpb = rows < ctx.sm_count ? 32 : D;  // channels per merge block (see the kernel)
+        attn_decode_quant_merge_kernel<<<unsigned(rows * (D / cpb)), kMergeThreads, 0, ctx.stream>>>(
+            a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D, cpb);
         KVCOMP_CUDA_CHECK_LAUNCH();
     }
 }
