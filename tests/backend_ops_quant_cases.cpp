@@ -554,6 +554,10 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(4, 128, 4), 16, {40}, {63}, 64)));
             add(std::make_unique<attn_decode_quant_case>(
                 spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32)));
+            // 192 query-head rows with several splits each: CUDA's split merge then runs a block per row
+            // (rows >= SMs); the cases above, with fewer rows, run it at 32 channels per block.
+            add(std::make_unique<attn_decode_quant_case>(
+                spec(kivi_layout(8, 128, 2), 32, {24, 24, 24, 24, 24, 24}, {0, 7, 31, 1, 16, 30}, 32)));
         }
         // probe_scores: token-major f32 prompt keys and f16 ring windows, with and without lse.
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f32), 200, 21, false));
