@@ -3,13 +3,16 @@ docs/RESULTS.md), from
   bench_ops_quant_ab_h100.csv        5d3ebce against dc2bc81, interleaved, two passes of each binary
   bench_ops_quant_step1_ab_h100.csv  5d3ebce against bf87467 (the first of the two steps), the same way
   bench_ops_quant_merge_ab_h100.csv  e9a54a2 against 4258586 (the split merge), the same way
+  bench_ops_quant_merge_split_ab_h100.csv  4258586 against 4478f7d (the merge on more SMs at batch 1), the same way
+  bench_ops_quant_merge32_h100.csv   4258586 against 7faf9e2 (every row split into 32-channel blocks; not kept)
   bench_ops_quant_occupancy_h100.csv dc2bc81 against an uncommitted variant (KIVI's kernel at 4 blocks per SM,
                                      2-stage rings), two passes
   bench_ops_quant_ocl_prefetch_h100.csv  NVIDIA's OpenCL driver: 5d3ebce against 21d026b (the next block's
                                      loads in registers; removed in 6850da7), two passes
   bench_ops_quant_ocl_qk_h100.csv    the same: 5d3ebce against 79921af (that prefetch plus scores from the
                                      codes with q * kstep per segment; removed in 6850da7), two passes
-Every number is read from those files; nothing is typed here.
+Table cells are read from those files; the captions quote Nsight Compute durations from
+docs/data/gpu_visits_2026-11-27.log.
 """
 import os
 
@@ -73,6 +76,17 @@ _TABLES = [
      "flight per thread) instead of one thread per channel walking every split three times. Under Nsight Compute "
      "at batch 1 the merge went from 16.3 to 12.2 us (KIVI-2 1 × 128K, 49 splits) and from 11.6-12.3 to 9.5-9.8 us "
      "(zipcache, 31-33 splits) (`docs/data/gpu_visits_2026-11-27.log`, visits 25-26)."),
+    ("bench_ops_quant_merge_split_ab_h100.csv",
+     "### The split merge on more SMs at batch 1 (H100, interleaved A/B)",
+     "The same sweep ({date}, `docs/data/{file}`, mean of two passes): `{old}` against `{new}`, whose merge runs "
+     "one block per 32 channels of a row while the rows are fewer than the SMs (batch 1: 32 rows had used 32 of "
+     "132 SMs) and one block per row otherwise. Under Nsight Compute at batch 1 the merge takes 6.0-7.2 us "
+     "(`docs/data/gpu_visits_2026-11-27.log`, visit 28). The next table is `7faf9e2`, which split every row "
+     "that way."),
+    ("bench_ops_quant_merge32_h100.csv",
+     "### Experiment, not kept: every row's merge in 32-channel blocks (H100)",
+     "`{old}` against `{new}` ({date}, `docs/data/{file}`, two interleaved passes), the step before the one "
+     "above: 4 blocks per row at every batch."),
     ("bench_ops_quant_step1_ab_h100.csv",
      "### The first of the two steps alone (H100, interleaved A/B, an earlier visit)",
      "The same sweep on {device} ({date}, `docs/data/{file}`): `{old}` against `{new}` (q' pairwise, the bias in 6 "
