@@ -669,9 +669,7 @@ const void * pick_mpg(int mpg) {
         case 1: return kernel_ptr<D, CS, 1>();
         case 2: return kernel_ptr<D, CS, 2>();
         case 4: return kernel_ptr<D, CS, 4>();
-        default:
-            if constexpr (D / 16 >= 8) return kernel_ptr<D, CS, 8>();
-            return kernel_ptr<D, CS, D / 16>();
+        default: return kernel_ptr<D, CS, D / 16>();  // 8 at D = 128 (mma_handles: v_group divides D)
     }
 }
 // The kernel for a head_dim (64, 128), channel scales or not, and v_group (16 * a power of two that
@@ -690,11 +688,6 @@ int smem_optin_limit() {
     return v;
 }
 
-// Raises a kernel's dynamic shared-memory limit past the default 48 KiB when needed.
-void allow_smem(const void * kernel, size_t smem) {
-    if (smem > 48 * 1024)
-        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-}
 
 }  // namespace
 
@@ -731,7 +724,7 @@ size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages) {
 
 int mma_blocks_per_sm(const args & a, int head_dim, size_t smem) {
     const void * kernel = pick(head_dim, a.cscale, a.v_group);
-    allow_smem(kernel, smem);
+    allow_dynamic_smem(kernel, smem);
     int n = 0;
     KVCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
     return n > 0 ? n : 1;
@@ -739,7 +732,7 @@ int mma_blocks_per_sm(const args & a, int head_dim, size_t smem) {
 
 void mma_launch(context & ctx, const args & a, int head_dim, int64_t blocks, size_t smem) {
     const void * kernel = pick(head_dim, a.cscale, a.v_group);
-    allow_smem(kernel, smem);
+    allow_dynamic_smem(kernel, smem);
     args arg = a;
     void * params[] = {&arg};
     KVCOMP_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kThreads), params, smem, ctx.stream));

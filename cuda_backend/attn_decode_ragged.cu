@@ -386,10 +386,6 @@ task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bo
     return simt_kernel_for(group);
 }
 
-}  // namespace
-
-namespace {
-
 template <int J>
 void launch_merge(context & ctx, dim3 grid, int depth, const ragged_merge_args & a) {
     if (depth == 0)

@@ -464,9 +464,7 @@ namespace {
 template <int D>
 void launch_mma(context & ctx, const prefill_args & a, int64_t max_seq_len) {
     constexpr size_t smem = mma_smem_bytes<D>();
-    // > 48 KiB of dynamic shared memory needs the opt-in (per device; cheap, so every launch).
-    KVCOMP_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_prefill_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem(reinterpret_cast<const void *>(attn_prefill_mma_kernel<D>), smem);
     // Query tiles per request. max_seq_len is only a grid size: the kernel loops over tiles
     // (grid-stride), so a value that is too small still covers every row, and 0 (unknown) falls
     // back to n_tokens, which bounds every request.

@@ -189,9 +189,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_ragged_kernel(const rpr
 template <int C>
 void launch(context & ctx, const rprefill_args & a, int64_t max_seq_len) {
     constexpr size_t smem = prefill_smem_bytes<C>();
-    if (smem > 48 * 1024)
-        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_ragged_kernel<C>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem(reinterpret_cast<const void *>(attn_prefill_ragged_kernel<C>), smem);
     // Row blocks per (request, head) when m_h = 1; max_seq_len only sizes the grid, 0 = unknown.
     const int64_t len = max_seq_len > 0 ? std::min<int64_t>(max_seq_len, a.n_tokens) : a.n_tokens;
     const int64_t blocks = std::min<int64_t>(std::max<int64_t>(1, (len + kTileQ - 1) / kTileQ), INT_MAX);

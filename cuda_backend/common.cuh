@@ -116,6 +116,14 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- launch set-up ----------------------------------------------------------------------------
+// Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KiB (a
+// per-device attribute; cheap, so launchers call it before every launch).
+inline void allow_dynamic_smem(const void * kernel, size_t smem) {
+    if (smem > 48 * 1024)
+        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
 // ---- bulk copies completing on an mbarrier (sm_90+) ----------------------------------------
 // One instruction copies a contiguous global range into shared memory (the copy engine, not the
 // lanes, moves it); the mbarrier's phase completes when every expected byte has landed. Callers

@@ -64,8 +64,7 @@ struct task_kernel {
 
 template <typename Args>
 void opt_into_smem(const task_kernel<Args> & k) {
-    if (k.smem > 48 * 1024)
-        KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)));
+    allow_dynamic_smem(reinterpret_cast<const void *>(k.fn), k.smem);
 }
 
 // One block per (schedule row, head chunk).

@@ -554,6 +554,19 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(4, 128, 4), 16, {40}, {63}, 64)));
             add(std::make_unique<attn_decode_quant_case>(
                 spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32)));
+            // Value groups of 16 and 32 channels (the CUDA tensor-core kernel is compiled per m-tiles per
+            // group: 1 and 2 here, with and without channel scales, head_dim 64 and 128).
+            {
+                qblock_layout g16 = kivi_layout(4, 128, 2);
+                g16.v_group = 16;
+                add(std::make_unique<attn_decode_quant_case>(spec(g16, 16, {5, 9}, {3, 20}, 32)));
+                qblock_layout z32 = zipcache_layout(2, 64, 20, 12);
+                z32.v_group = 32;
+                add(std::make_unique<attn_decode_quant_case>(spec(z32, 8, {4, 2}, {10, 0}, 16)));
+                qblock_layout k16 = kivi_layout(2, 64, 4);
+                k16.v_group = 16;
+                add(std::make_unique<attn_decode_quant_case>(spec(k16, 8, {6, 1}, {0, 7}, 16)));
+            }
             // 192 query-head rows with several splits each: CUDA's split merge then runs a block per row
             // (rows >= SMs); the cases above, with fewer rows, run it at 32 channels per block.
             add(std::make_unique<attn_decode_quant_case>(
