@@ -1,6 +1,7 @@
 """The CUDA tensor-core quantized decode's instruction diet and the experiments around it (issue 6,
 docs/RESULTS.md), from
   bench_ops_quant_ab_h100.csv        5d3ebce against dc2bc81, interleaved, two passes of each binary
+  bench_ops_quant_ab_h200.csv        5d3ebce against 4faa381 (the end state), one pass each, H200
   bench_ops_quant_step1_ab_h100.csv  5d3ebce against bf87467 (the first of the two steps), the same way
   bench_ops_quant_merge_ab_h100.csv  e9a54a2 against 4258586 (the split merge), the same way
   bench_ops_quant_merge_split_ab_h100.csv  4258586 against 4478f7d (the merge on more SMs at batch 1), the same way
@@ -69,6 +70,11 @@ _TABLES = [
      "and the bias reduced in 6 shuffles; no score tile past a segment's end. Shapes as in the table above; cells: "
      "ms (fraction of the copy bandwidth for the bytes read); the fp16 decode column is the mean over both "
      "binaries' runs (the fp16 kernel is unchanged)."),
+    ("bench_ops_quant_ab_h200.csv",
+     "### The same, end state against 5d3ebce on an H200 (one pass each)",
+     "`bench_ops` on {device} ({backend}, {date}, `docs/data/{file}`): `{old}` against `{new}` (the kernel steps and "
+     "the split merge above), one pass of each binary one after the other; the fp16 decode column is the mean "
+     "over both runs."),
     ("bench_ops_quant_merge_ab_h100.csv",
      "### The split merge with block reductions (H100, interleaved A/B)",
      "The same sweep ({date}, `docs/data/{file}`, mean of two passes): `{old}` against `{new}`, whose merge of the "
