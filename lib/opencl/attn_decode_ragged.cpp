@@ -55,23 +55,52 @@ ragged_config choose_config(const cl_backend & be, const attn_decode_ragged_para
 
 constexpr int kQ4Tile = 64;  // tile tokens (work-group size) of the q4 kernel
 
-// q4 pages: one work-group per (task, query head); channels past NT per work-item: ND.
+// The q4 kernel's work-group: GB as the f16 kernel's, NT = the tile (>= the words of the widest row).
+struct q4_config {
+    int nt = kQ4Tile;
+    int gb = 1;
+    int v_unroll = 4;
+    int64_t mw = 0;
+    int64_t row_words() const { return 1 + (mw + 7) / 8; }
+};
+
+// Mirrors the local arrays of kvc_attn_decode_ragged_q4.
+size_t q4_local_bytes(const q4_config & c) {
+    const size_t nt = size_t(c.nt), gb = size_t(c.gb), gbp = (gb + 3) / 4 * 4;
+    const size_t mw8 = (size_t(c.mw) + 7) / 8 * 8, kstr = size_t(c.row_words()) | 1;
+    return sizeof(float) * (gb * mw8 + gb + 2 * nt * gbp + gb * nt * 9 + 2 * nt) + sizeof(cl_uint) * (nt * kstr + 4 * nt);
+}
+
+q4_config choose_q4_config(const cl_backend & be, const attn_decode_ragged_params & p) {
+    q4_config c;
+    c.gb = choose_config(be, p).gb;
+    c.mw = p.kv.max_width;
+    c.nt = int(be.reduction_wg(kQ4Tile));
+    return c;
+}
+
+// q4 pages: one work-group per (task, sub-group of GB query heads).
 void run_q4(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
-    const int nt = int(be.reduction_wg(kQ4Tile));
+    const q4_config c = choose_q4_config(be, p);
     defines defs;
-    defs.add("G", g).add("NT", nt).add("MW", p.kv.max_width).add("ND", (p.kv.max_width + nt - 1) / nt);
+    defs.add("G", g)
+        .add("GB", c.gb)
+        .add("NT", c.nt)
+        .add("MW", c.mw)
+        .add("PAGE_SIZE", p.kv.page_size)
+        .add("V_UNROLL", c.v_unroll);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, p.kv.max_width);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_ragged_q4.cl", defs, "kvc_attn_decode_ragged_q4");
         set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
                  arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), to_int(p.kv.page_size),
-                 to_int(p.kv.k_row_bytes), to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
-        const size_t local[2] = {size_t(nt), 1};
-        const size_t global[2] = {size_t(nt) * size_t(p.n_tasks), size_t(g)};
+                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), to_int(p.kv.k_row_bytes),
+                 to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
+        const size_t local[2] = {size_t(c.nt), 1};
+        const size_t global[2] = {size_t(c.nt) * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
     merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
@@ -86,9 +115,15 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     if (p.kv.bits == 4) {
         if (op.src[1].offset % 4 != 0 || op.src[2].offset % 4 != 0)
             return support::no("q4 ragged pages must start on a 4-byte boundary");
-        if (p.kv.n_pages * p.kv.page_size * std::max(p.kv.k_row_bytes, p.kv.v_row_bytes) > 0x7fffffffLL * 4 ||
+        if (p.kv.n_pages * p.kv.page_size * std::max(p.kv.k_row_bytes, p.kv.v_row_bytes) > 0xffffffffLL * 4 ||
             p.n_tasks > 0x7fffffff)
-            return support::no("q4 page pool and task list must fit in 32-bit counts");
+            return support::no("q4 page pool must fit in 32-bit word offsets and the task list in 32-bit counts");
+        const q4_config c = choose_q4_config(be, p);
+        if (c.nt < c.row_words())
+            return support::no("device work-group limit too small for q4 rows of max_width " +
+                               std::to_string(p.kv.max_width));
+        if (q4_local_bytes(c) > be.dev().local_mem_bytes)
+            return support::no("not enough local memory for q4 rows of max_width " + std::to_string(p.kv.max_width));
         return support::yes();
     }
     const ragged_config c = choose_config(be, p);
