@@ -352,7 +352,8 @@ class lowrank_method : public kv_method {
 
     // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
     // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
-    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200).
+    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200; on OpenCL
+    // GPUs 8 x the compute units, on CPU devices one per compute unit).
     // Palu's decode (attn_decode_palu) rebuilds every key at full width and is compute-bound: cut
     // for its 2 resident blocks per SM it was never faster on an H200 and 28 % slower at 1 x 32K
     // (docs/RESULTS.md, "workers=auto"), so auto keeps one worker per compute unit there.

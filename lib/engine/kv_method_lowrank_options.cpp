@@ -8,8 +8,9 @@
 //                        task per (request, KV head) in order); results agree up to rounding
 //   workers=auto|N       balanced schedule: the workers tasks are cut and ordered for. auto
 //                        (default): as many as the backend runs at once (on CUDA SMs x resident
-//                        blocks of the decode kernel; elsewhere the compute units; palu: the compute
-//                        units); N in 1..16: compute_units x N. Results agree up to rounding.
+//                        blocks of the decode kernel; OpenCL GPUs 8 x the compute units; CPU
+//                        devices the compute units; palu: the compute units); N in 1..16:
+//                        compute_units x N. Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding

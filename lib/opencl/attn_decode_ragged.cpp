@@ -108,6 +108,18 @@ void run_q4(cl_backend & be, const op_desc & op) {
 
 }  // namespace
 
+// OpenCL has no occupancy query. Cut for one task per compute unit, the decodes ran two warps per SM
+// on an H200 through NVIDIA's driver, too few to hide their load latency. Cut for 8 x the compute
+// units (one pass, docs/data/bench_ops_ocl_worker_scales8_h200.csv, scales 1-8), the balanced f16
+// decode took 22-39 % less time at batch 16 from 32K and the q4 decode 49-53 % less; at batch 1 it
+// was 2-4 % slower at two points (f16 p70 1 x 32K, q4 p70 1 x 4K) and equal or faster at the rest.
+// 8 is the largest scale measured. CPU devices (PoCL) run one work-group per core at a time.
+int64_t concurrent_tasks_attn_decode_ragged(const cl_backend & be, const attn_decode_ragged_params &) {
+    constexpr int64_t kTasksPerComputeUnitGpu = 8;
+    const int64_t cus = std::max(1, be.info().compute_units);
+    return be.info().is_gpu ? cus * kTasksPerComputeUnitGpu : cus;
+}
+
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;

@@ -406,6 +406,11 @@ size_t cl_backend::reduction_wg(size_t want) const {
     return wg;
 }
 
+int64_t cl_backend::concurrent_workgroups(const op_params & params) const {
+    if (const auto * p = std::get_if<attn_decode_ragged_params>(&params)) return concurrent_tasks_attn_decode_ragged(*this, *p);
+    return backend::concurrent_workgroups(params);
+}
+
 support cl_backend::supports(const op_desc & op) const {
     // Kernel index arithmetic uses 32-bit ints for per-row and per-head extents.
     constexpr int64_t int_max = 0x7fffffff;

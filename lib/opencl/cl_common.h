@@ -138,6 +138,10 @@ class cl_backend final : public backend {
     // A work-group size for 1-D reductions: a power of two <= min(want, device limit).
     size_t reduction_wg(size_t want) const;
 
+    // The ragged decode's tasks planned to run at once (concurrent_tasks_attn_decode_ragged);
+    // other ops: one work-group per compute unit.
+    int64_t concurrent_workgroups(const op_params & params) const override;
+
   protected:
     void run_checked(const op_desc & op) override;
 
@@ -274,6 +278,9 @@ void run_kv_append_ragged(cl_backend & be, const op_desc & op);
 void run_attn_decode_ragged(cl_backend & be, const op_desc & op);
 void run_attn_prefill_ragged(cl_backend & be, const op_desc & op);
 void run_attn_decode_palu(cl_backend & be, const op_desc & op);
+
+// Decode tasks of attn_decode_ragged a host schedule is cut for (backend::concurrent_workgroups).
+int64_t concurrent_tasks_attn_decode_ragged(const cl_backend & be, const attn_decode_ragged_params & p);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);

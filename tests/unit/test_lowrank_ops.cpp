@@ -459,7 +459,8 @@ TEST_P(lowrank_ops, output_is_independent_of_the_schedule) {
 
 // What the engine's workers=auto cuts its decode schedules for: at least one task per compute unit,
 // and no more than an SM holds blocks (32 on every CUDA GPU so far); on CUDA, the tensor-core kernel
-// of 4 warps and 72 KiB keeps 3 per SM where 228 KiB of shared memory fit them (sm_80+: H100, H200).
+// of 4 warps and 72 KiB keeps 3 per SM where 228 KiB of shared memory fit them (sm_80+: H100, H200);
+// OpenCL plans 8 per compute unit on GPUs and 1 on CPU devices (lib/opencl/attn_decode_ragged.cpp).
 TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
     const int64_t cu = std::max(1, be->info().compute_units);
     for (int bits : {16, 4})
@@ -471,8 +472,10 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
             const int64_t n = be->concurrent_workgroups(p);
             EXPECT_GE(n, cu) << bits << "-bit pages, widest head " << max_width;
             EXPECT_LE(n, 32 * cu) << bits << "-bit pages, widest head " << max_width;
-            if (be->info().api != "CUDA") {
+            if (be->info().api == "CPU" || (be->info().api == "OpenCL" && !be->info().is_gpu)) {
                 EXPECT_EQ(n, cu) << "one work-group per compute unit";
+            } else if (be->info().api == "OpenCL") {
+                EXPECT_EQ(n, 8 * cu) << "OpenCL GPU: 8 work-groups per compute unit";
             }
         }
     if (be->info().api == "CUDA" && be->info().api_version.find("compute capability 9.0") != std::string::npos) {
