@@ -79,14 +79,11 @@ inline void kvc_accumulate(kvc_state * st, local const float * p_l, int j, float
     }
 }
 
-// Four codes of `bits` bits starting at bit `shift` of w. as_float(0x4B000000 | c) is 2^23 + c
-// exactly, so a code becomes a float in two full-rate operations (mask-or, subtract) instead of an
-// integer-to-float conversion, which NVIDIA GPUs run at a quarter of the FMA rate.
+// Four codes of `bits` bits starting at bit `shift` of w.
 inline float4 kvc_codes4(uint w, int shift, int bits) {
     const uint mask = (1u << bits) - 1u;
-    const uint4 c = (uint4)(w >> shift, w >> (shift + bits), w >> (shift + 2 * bits), w >> (shift + 3 * bits)) &
-                    (uint4)(mask);
-    return as_float4(c | (uint4)(0x4B000000u)) - (float4)(8388608.0f);
+    return convert_float4((uint4)(w >> shift, w >> (shift + bits), w >> (shift + 2 * bits), w >> (shift + 3 * bits)) &
+                          (uint4)(mask));
 }
 
 // One segment of a staged block: n tokens, tiles of NT.

@@ -47,14 +47,10 @@ inline uint kvc_q4_row_offset(global const int * heads, int c, int which) {
 }
 
 // The eight codes of a word, channels 8l .. 8l + 7 of its row, as floats (low nibble first).
-// as_float(0x4B000000 | c) is 2^23 + c exactly, so a code becomes a float in two full-rate
-// operations (mask-or, subtract) instead of an integer-to-float conversion, which NVIDIA GPUs run
-// at a quarter of the FMA rate.
 inline float8 kvc_q4_codes(uint u) {
-    const uint4 m = (uint4)(15u), e = (uint4)(0x4B000000u);
-    const uint4 lo = ((uint4)(u, u >> 4, u >> 8, u >> 12) & m) | e;
-    const uint4 hi = ((uint4)(u >> 16, u >> 20, u >> 24, u >> 28) & m) | e;
-    return (float8)(as_float4(lo), as_float4(hi)) - (float8)(8388608.0f);
+    const uint4 lo = (uint4)(u, u >> 4, u >> 8, u >> 12) & (uint4)(15u);
+    const uint4 hi = (uint4)(u >> 16, u >> 20, u >> 24, u >> 28) & (uint4)(15u);
+    return (float8)(convert_float4(lo), convert_float4(hi));
 }
 
 // Phase 3 for one lane: V rows vs, vs + vslots, ... < tn of the tile; rows past the tile reload
