@@ -15,6 +15,8 @@
   bench_ops_worker_scales_h200.csv  the balanced schedule built for compute_units x s workers, s = 1..6
   bench_ops_{workers,waves,merge_ab}_h200.csv  workers=auto, the wave count, the merge (schedule_section.py)
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
+  eval_lowrank_q4_cuda.csv    the same on CUDA with more examples, line retrieval at 1K and 2K and p = 0.2
+                              (docs/data/gpu_visits_2026-11-27.log, visit 32)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -25,7 +27,7 @@ from results_data import commits_in_order, provenance, read_dicts
 from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
-           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv")  # kept out of the generic sections
+           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -133,6 +135,39 @@ def _q4_accuracy(rows):
     for (m, p, v), c in sorted(cells.items()):
         out.append(f"| {m} | {p:g} | {v} | {c['ratio']:.2f}× smaller | {c.get('line_retrieval', float('nan')):.2f} | "
                    f"{c.get('perplexity', float('nan')):.2f} | {c.get('perplexity_none', float('nan')):.2f} |")
+    return out + [""]
+
+
+def _q4_accuracy_cuda(rows):
+    """kv_bits=4 and kv_bits=16 at the same ranks, every task of the file, as fractions of none's score."""
+    if not rows:
+        return []
+    cells, tasks = {}, []
+    for r in rows:
+        if r["method"] not in LOWRANK:
+            continue
+        o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
+        task = f"{r['task']}@{r['context']}"
+        if task not in tasks:
+            tasks.append(task)
+        v, base = float(r["value"]), float(r["baseline_value"])
+        kept = base / v if r["metric"] == "perplexity" else (v / base if base else float("nan"))
+        c = cells.setdefault((r["method"], float(o.get("compression", 0)), int(o.get("kv_bits", "16"))), {})
+        c[task] = (v, kept, r["examples"])
+        c["ratio"] = float(r["compression_ratio"])
+    examples = sorted({f"{t.split('@')[0]} {c[t][2]}" for c in cells.values() for t in tasks if t in c})
+    out = ["### 4-bit pages on the reduced cache: more examples (CUDA)", "",
+           f"`kvcomp sweep` on {provenance(rows)} (`docs/data/eval_lowrank_q4_cuda.csv`; the commands are in",
+           "`docs/data/gpu_visits_2026-11-27.log`, visit 32): calibrations made on the GPU as above (zack on the default",
+           "corpus, fdc on random tokens, removal rate 0), ranks re-chosen at load for compression p; every point next to",
+           "none on the same examples (" + ", ".join(examples) + " examples). Cells: the score (kept fraction of",
+           "none's; perplexity: none / method). The target is ≥ 0.99 of none on every task.", "",
+           "| method | p | kv_bits | × smaller | " + " | ".join(tasks) + " | all ≥ 0.99 |",
+           "|---|---|---|---|" + "---|" * (len(tasks) + 1)]
+    for (m, p, bits), c in sorted(cells.items()):
+        row = [f"{c[t][0]:.3f} ({c[t][1]:.3f})" if t in c else "–" for t in tasks]
+        ok = all(t in c and c[t][1] >= 0.99 for t in tasks)
+        out.append(f"| {m} | {p:g} | {bits} | {c['ratio']:.2f} | " + " | ".join(row) + f" | {'yes' if ok else 'no'} |")
     return out + [""]
 
 
@@ -311,6 +346,7 @@ def lowrank_section(data_dir, results):
     be_h200 = [r for r in results if r["source"] == "bench_lowrank_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
+    q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
@@ -327,7 +363,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body

@@ -12,6 +12,8 @@ docs/RESULTS.md), from
                                      loads in registers; removed in 6850da7), two passes
   bench_ops_quant_ocl_qk_h100.csv    the same: 5d3ebce against 79921af (that prefetch plus scores from the
                                      codes with q * kstep per segment; removed in 6850da7), two passes
+  bench_ops_ocl_codes_ab_h200.csv    NVIDIA's OpenCL driver: a27fa24 against 1ae921e (codes to floats by
+                                     mask-or and subtract instead of convert_float; reverted), two passes, H200
 Table cells are read from those files; the captions quote Nsight Compute durations from
 docs/data/gpu_visits_2026-11-27.log.
 """
@@ -116,6 +118,12 @@ _TABLES = [
      "computed the scores from the codes without dequantizing (q' = q · kstep and the bias Σ q · kmin once per "
      "segment in local memory, as the CUDA kernel does). Slower for KIVI-2's 32-token blocks; removed in "
      "`6850da7`."),
+    ("bench_ops_ocl_codes_ab_h200.csv",
+     "### Experiment, reverted: the OpenCL kernel with codes turned into floats without I2F (H200)",
+     "NVIDIA's OpenCL driver ({backend}, {device}, {date}, two interleaved passes, `docs/data/{file}`): `{old}` "
+     "against `{new}`, which turns a code c into a float as as_float(0x4B000000 | c) − 2^23 (mask-or and subtract, "
+     "full rate) instead of convert_float (I2F, a quarter of the FMA rate on NVIDIA GPUs); exact, so the results "
+     "are the same. It was slower, not faster, and `27e7da0` reverted it. The fp16 column is OpenCL's fp16 decode."),
 ]
 
 

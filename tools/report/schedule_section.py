@@ -6,6 +6,11 @@
   bench_ops_merge16_ab_h200.csv  that merge and the one with 16 warps for rows of > 64 tasks, batch 1, two runs
   bench_ops_palu_workers_h200.csv  Palu's decode at auto and 1 x SMs, two runs
   bench_ops_ocl_worker_scales_h200.csv  the balanced decodes on NVIDIA's OpenCL driver at 1, 2, 3 x the compute units
+  bench_ops_ocl_q4_ab_h200.csv  NVIDIA OpenCL: 5d3ebce against a27fa24 (the q4 decode with GB query heads per work-group),
+                                two interleaved passes
+  bench_ops_ocl_codes_ab_h200.csv  a27fa24 against 1ae921e (codes to floats by mask-or and subtract; reverted), two passes
+  bench_ops_ocl_worker_scales8_h200.csv  1ae921e cut for auto (then 1 x) and 2, 4, 6, 8 x the compute units, one run
+  bench_ops_ocl_auto_ab_h200.csv  1ae921e (auto = 1 x) against 0c39190 (auto = 8 x on OpenCL GPUs), two passes
   bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (E2E_SOURCE)
 Every number is read from those files; nothing is typed here.
 """
@@ -99,6 +104,52 @@ def e2e_workers_table(rows):
     return out + [""]
 
 
+def _ocl_ragged(data_dir):
+    """The OpenCL ragged decodes on NVIDIA's driver: the q4 kernel's rewrite, the code conversion, the
+    worker scales and workers=auto at 8 x the compute units."""
+    out = []
+    q4 = read_dicts(os.path.join(data_dir, "bench_ops_ocl_q4_ab_h200.csv"))
+    if len(commits_in_order(q4)) == 2:
+        old, new = commits_in_order(q4)
+        out += schedule_table(
+            q4, old, "### OpenCL ragged decodes: the q4 kernel with GB query heads per work-group (H200)",
+            f"NVIDIA's OpenCL driver ({q4[0]['backend']}, {q4[0]['device']}, {q4[0]['date'][:10]}), two interleaved "
+            f"passes of each binary (`docs/data/bench_ops_ocl_q4_ab_h200.csv`, mean): `{old}` runs the q4 pages with "
+            f"one work-group per (task, query head) and byte loads per channel; `{new}` with one per (task, 4 query "
+            "heads), the K rows staged word by word and a code word of 8 channels per work-item in the value phase. "
+            "The f16 pages' kernel is the same in both. Both at workers=auto, which was 1 × the compute units on "
+            "OpenCL then. Cells: ms (fraction of copy).", base_label="auto")
+    codes = read_dicts(os.path.join(data_dir, "bench_ops_ocl_codes_ab_h200.csv"))
+    if len(commits_in_order(codes)) == 2:
+        old, new = commits_in_order(codes)
+        out += schedule_table(
+            codes, old, "### Experiment, reverted: OpenCL codes to floats without I2F (q4 pages, H200)",
+            f"The same way ({codes[0]['date'][:10]}, `docs/data/bench_ops_ocl_codes_ab_h200.csv`, two interleaved "
+            f"passes): `{old}` against `{new}`, which turns a code c into a float as as_float(0x4B000000 | c) − 2^23 "
+            "instead of convert_float (an I2F, a quarter of the FMA rate on NVIDIA GPUs); the quantized blocks' rows "
+            "of the same run are in the quantized decode's section. Not faster; `27e7da0` reverted it. Cells: ms "
+            "(fraction of copy).", base_label="auto")
+    scales = read_dicts(os.path.join(data_dir, "bench_ops_ocl_worker_scales8_h200.csv"))
+    if scales:
+        out += schedule_table(
+            scales, "", "### OpenCL ragged decodes cut for 1-8 × the compute units (H200)",
+            f"`{scales[0]['commit']}` on NVIDIA's OpenCL driver ({scales[0]['date'][:10]}, one run, "
+            "`docs/data/bench_ops_ocl_worker_scales8_h200.csv`; its kernels convert codes as in the experiment above, "
+            "reverted later); auto was 1 × the compute units at this commit. The "
+            "work-groups are 64 work-items (two warps): at 1 × an SM runs two warps and waits on its loads. "
+            "Cells: ms (fraction of copy).")
+    auto = read_dicts(os.path.join(data_dir, "bench_ops_ocl_auto_ab_h200.csv"))
+    if len(commits_in_order(auto)) == 2:
+        old, new = commits_in_order(auto)
+        out += schedule_table(
+            auto, old, "### OpenCL workers=auto at 8 × the compute units (H200, interleaved A/B)",
+            f"`{old}` (auto = 1 × the compute units) against `{new}` (auto = 8 × on OpenCL GPUs) "
+            f"({auto[0]['date'][:10]}, `docs/data/bench_ops_ocl_auto_ab_h200.csv`, two interleaved passes, mean). "
+            "Both binaries convert codes as in the reverted experiment above (0-4 % slower than convert_float). "
+            "Cells: ms (fraction of copy).", base_label="auto")
+    return out
+
+
 def schedule_section(data_dir):
     workers = read_dicts(os.path.join(data_dir, "bench_ops_workers_h200.csv"))
     waves = read_dicts(os.path.join(data_dir, "bench_ops_waves_h200.csv"))
@@ -151,7 +202,8 @@ def schedule_section(data_dir):
             f"The same balanced decodes through the OpenCL backend ({ocl[0]['backend']}, NVIDIA's driver; "
             f"`{ocl[0]['commit']}`, {ocl[0]['date'][:10]}, one run, `docs/data/bench_ops_ocl_worker_scales_h200.csv`), "
             "cut for s × the compute units; the fp16 column is OpenCL's fp16 decode of the same run. OpenCL has no "
-            "occupancy query, so the backend reports its compute units and `workers=auto` is 1 × there; "
-            "`workers=3` is the measured choice at batch 16. Cells: ms (fraction of copy).")
+            "occupancy query; at that commit `workers=auto` was 1 × the compute units there (8 × since `0c39190`, "
+            "below). Cells: ms (fraction of copy).")
+    out += _ocl_ragged(data_dir)
     out += e2e_workers_table(read_dicts(os.path.join(data_dir, E2E_SOURCE)))
     return out
