@@ -18,6 +18,7 @@ constexpr float kLog2e = 1.44269504088896340736f;  // scores use exp2: exp(x) = 
 constexpr int kMaxHeadsPerGroup = 8;
 constexpr size_t kTileTokens = 64;           // NT: covers a ZipCache segment (<= 60) or a KIVI block in one tile
 constexpr int64_t kMinTokensPerSplit = 256;  // below this the merge costs more than the parallelism gains
+constexpr int64_t kGroupsPerComputeUnit = 4;  // the split target
 
 int heads_per_group(const attn_decode_quant_params & p) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
@@ -71,13 +72,13 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
                          be.kernel_wg_limit(k), " work-items, fewer than head_dim / 4 = ", d / 4);
     }
 
-    // Splits: about four resident work-groups per compute unit, at least kMinTokensPerSplit tokens
-    // each, and whole runs of blocks.
+    // Splits: about kGroupsPerComputeUnit work-groups per compute unit, at least kMinTokensPerSplit
+    // tokens each, and whole runs of blocks.
     const int64_t max_blocks = std::max<int64_t>(1, (p.max_tokens + q.block_tokens() - 1) / q.block_tokens());
     int64_t n_splits = p.n_splits;
     if (n_splits <= 0) {
         const int64_t groups = p.batch * q.n_kv_heads * subs;
-        const int64_t target = int64_t(std::max(1, be.info().compute_units)) * 4;
+        const int64_t target = int64_t(std::max(1, be.info().compute_units)) * kGroupsPerComputeUnit;
         const int64_t by_len = std::max<int64_t>(1, (p.max_tokens + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
         n_splits = std::clamp<int64_t>((target + groups - 1) / groups, 1, std::min<int64_t>({by_len, max_blocks, 1024}));
     }
