@@ -18,7 +18,15 @@ constexpr float kLog2e = 1.44269504088896340736f;  // scores use exp2: exp(x) = 
 constexpr int kMaxHeadsPerGroup = 8;
 constexpr size_t kTileTokens = 64;           // NT: covers a ZipCache segment (<= 60) or a KIVI block in one tile
 constexpr int64_t kMinTokensPerSplit = 256;  // below this the merge costs more than the parallelism gains
-constexpr int64_t kGroupsPerComputeUnit = 4;  // the split target
+// The split target. On an H200 through NVIDIA's driver (docs/data/bench_ops_ocl_quant_splits_h200.csv),
+// 16 work-groups per compute unit took 15-19 % less time than 4 at batch 16 from 32K (17 splits per
+// row instead of 5): 4 left about ten warps per SM waiting on their loads. At batch 1 the same target
+// cut rows into 128-256 splits, and the merge, which walks a row's splits serially, made 1 x 32K and
+// 1 x 128K 5-11 % slower. So: 16 per compute unit unless that makes more than kMaxSplitsPerRow
+// splits, else 4 per compute unit (batch 1 keeps its 64-66 splits). Both branches were measured.
+constexpr int64_t kGroupsPerComputeUnit = 16;
+constexpr int64_t kGroupsPerComputeUnitFewRows = 4;
+constexpr int64_t kMaxSplitsPerRow = 64;
 
 int heads_per_group(const attn_decode_quant_params & p) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
@@ -72,15 +80,17 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
                          be.kernel_wg_limit(k), " work-items, fewer than head_dim / 4 = ", d / 4);
     }
 
-    // Splits: about kGroupsPerComputeUnit work-groups per compute unit, at least kMinTokensPerSplit
-    // tokens each, and whole runs of blocks.
+    // Splits: about kGroupsPerComputeUnit work-groups per compute unit (fewer for few rows, above), at
+    // least kMinTokensPerSplit tokens each, and whole runs of blocks.
     const int64_t max_blocks = std::max<int64_t>(1, (p.max_tokens + q.block_tokens() - 1) / q.block_tokens());
     int64_t n_splits = p.n_splits;
     if (n_splits <= 0) {
         const int64_t groups = p.batch * q.n_kv_heads * subs;
-        const int64_t target = int64_t(std::max(1, be.info().compute_units)) * kGroupsPerComputeUnit;
+        const int64_t cus = std::max(1, be.info().compute_units);
+        int64_t want = (cus * kGroupsPerComputeUnit + groups - 1) / groups;
+        if (want > kMaxSplitsPerRow) want = (cus * kGroupsPerComputeUnitFewRows + groups - 1) / groups;
         const int64_t by_len = std::max<int64_t>(1, (p.max_tokens + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
-        n_splits = std::clamp<int64_t>((target + groups - 1) / groups, 1, std::min<int64_t>({by_len, max_blocks, 1024}));
+        n_splits = std::clamp<int64_t>(want, 1, std::min<int64_t>({by_len, max_blocks, 1024}));
     }
     const int64_t chunk = (max_blocks + n_splits - 1) / n_splits;
     if (p.n_splits <= 0) n_splits = (max_blocks + chunk - 1) / chunk;  // no empty trailing splits
