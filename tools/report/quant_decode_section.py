@@ -14,6 +14,9 @@ docs/RESULTS.md), from
                                      codes with q * kstep per segment; removed in 6850da7), two passes
   bench_ops_ocl_codes_ab_h200.csv    NVIDIA's OpenCL driver: a27fa24 against 1ae921e (codes to floats by
                                      mask-or and subtract instead of convert_float; reverted), two passes, H200
+  bench_ops_ocl_quant_splits_h200.csv  NVIDIA's OpenCL driver: be6ce9a (4 work-groups per CU as the split target)
+                                     and binaries built from it with 8 and 16 (commit column g8, g16), two
+                                     interleaved passes, H200
 Table cells are read from those files; the captions quote Nsight Compute durations from
 docs/data/gpu_visits_2026-11-27.log.
 """
@@ -127,6 +130,37 @@ _TABLES = [
 ]
 
 
+def splits_table(rows):
+    """The OpenCL split-target variants side by side: mean ms (fraction of copy) per layout and point."""
+    commits = commits_in_order(rows)
+    if len(commits) < 2:
+        return []
+    cells = {}
+    for r in rows:
+        if r["op"] in _LAYOUT and r["time_ms"]:
+            key = (_LAYOUT[r["op"]], int(r["batch"]), int(r["context"]))
+            cells.setdefault(key, {}).setdefault(r["commit"], []).append(
+                (float(r["time_ms"]), float(r["fraction_of_copy"])))
+    label = {commits[0]: f"`{commits[0]}` (4 per CU)", "g8": "8 per CU", "g16": "16 per CU"}
+    r0 = rows[0]
+    out = ["### OpenCL: the quantized decode's split target (H200)", "",
+           f"NVIDIA's OpenCL driver ({r0['backend']}, {r0['device']}, {r0['date'][:10]}, two interleaved passes, "
+           "`docs/data/bench_ops_ocl_quant_splits_h200.csv`, mean): the splits per row are chosen for a target of "
+           f"4 work-groups per compute unit (`{commits[0]}`) or, in binaries built from it with only that constant "
+           "changed, 8 and 16. Batch 1 has 8 groups (KV heads), batch 16 has 128: 4 per CU gives 66 / 5 splits per "
+           "row, 16 per CU 264 (capped at 128 by the 256-token minimum at 32K) / 17. `fb71434` keeps 16 per CU "
+           "unless that makes more than 64 splits per row, then 4: the first column's split counts at batch 1, "
+           "the last one's at batch 16. Cells: ms (fraction of copy).", "",
+           "| layout | batch | context | " + " | ".join(label.get(c, c) for c in commits) + " |",
+           "|---|---|---|" + "---|" * len(commits)]
+    for key in sorted(cells):
+        c = cells[key]
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(
+            f"{_mean([t for t, _ in c[x]]):.4f} ({_mean([f for _, f in c[x]]):.2f})" if x in c else "–"
+            for x in commits) + " |")
+    return out + [""]
+
+
 def quant_decode_section(data_dir):
     out = []
     for name, title, caption in _TABLES:
@@ -137,4 +171,4 @@ def quant_decode_section(data_dir):
         r0 = rows[0]
         out += ab_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"], date=r0["date"][:10],
                                                     old=commits[0], new=commits[1], file=name))
-    return out
+    return out + splits_table(read_dicts(os.path.join(data_dir, "bench_ops_ocl_quant_splits_h200.csv")))
