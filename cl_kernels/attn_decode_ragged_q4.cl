@@ -219,25 +219,7 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = tid; i < GB * vw; i += NT) {
-        const int g = i / vw, d = i % vw, h = g0 + g;
-        float l = 0.0f, o = 0.0f;
-        for (int sl = 0; sl < vslots; ++sl) {
-            l += lsum_l[g * NT + sl];
-            o += o_l[(g * NT + sl * lv) * 8 + d];
-        }
-        if (n_in_list == 1)
-            out[out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)h * vw + d] = l > 0.0f ? o / l : 0.0f;
-        else
-            part[((ulong)task * G + h) * MW + d] = o;
-    }
-    if (n_in_list != 1 && tid == 0) {
-#pragma unroll
-        for (int g = 0; g < GB; ++g) {
-            float l = 0.0f;
-            for (int sl = 0; sl < vslots; ++sl) l += lsum_l[g * NT + sl];
-            part[ml_off + ((ulong)task * G + g0 + g) * 2] = m_run[g];
-            part[ml_off + ((ulong)task * G + g0 + g) * 2 + 1] = l;
-        }
-    }
+    kvc_ragged_task_output(o_l, lsum_l, GB, NT, NT * 8, lv * 8, vslots, vw, n_in_list, m_run,
+                           out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw, part,
+                           (ulong)task * G + g0, MW, ml_off);
 }

@@ -8,6 +8,7 @@
 //     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
+//   - kvc_ragged_task_output(): the end of a ragged decode task (attn_decode_ragged, its q4 pages);
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones.
@@ -66,6 +67,39 @@ inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
             mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
             mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
         }
+}
+
+// The end of a ragged decode task (attn_decode_ragged.cl, attn_decode_ragged_q4.cl), after a barrier
+// that published the slots' results: o_l holds gb heads of head_floats floats, each nt-slot partial
+// output slot_floats apart, and lsum_l gb x nt slot sums. Each head's slots are summed; the only task of
+// its (request, KV head) row (n_in_list == 1) writes the normalized output at out_h0 + g * vw,
+// otherwise the task writes its unnormalized output to part + (prow0 + g) * mw and (m, l) to
+// part + ml_off + (prow0 + g) * 2.
+inline void kvc_ragged_task_output(local const float * o_l, local const float * lsum_l, int gb, int nt,
+                                   int head_floats, int slot_floats, int vslots, int vw, int n_in_list,
+                                   const float * m_run, global float * out_h0, global float * part, ulong prow0,
+                                   int mw, ulong ml_off) {
+    const int tid = get_local_id(0);
+    for (int i = tid; i < gb * vw; i += nt) {
+        const int g = i / vw, d = i % vw;
+        float l = 0.0f, o = 0.0f;
+        for (int sl = 0; sl < vslots; ++sl) {
+            l += lsum_l[g * nt + sl];
+            o += o_l[g * head_floats + sl * slot_floats + d];
+        }
+        if (n_in_list == 1)
+            out_h0[g * vw + d] = l > 0.0f ? o / l : 0.0f;
+        else
+            part[(prow0 + g) * mw + d] = o;
+    }
+    if (n_in_list != 1 && tid == 0) {
+        for (int g = 0; g < gb; ++g) {
+            float l = 0.0f;
+            for (int sl = 0; sl < vslots; ++sl) l += lsum_l[g * nt + sl];
+            part[ml_off + (prow0 + g) * 2] = m_run[g];
+            part[ml_off + (prow0 + g) * 2 + 1] = l;
+        }
+    }
 }
 
 // Split-KV merge of element d of one (request, query head) row hr: part holds, per split, the row's

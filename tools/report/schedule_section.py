@@ -104,49 +104,52 @@ def e2e_workers_table(rows):
     return out + [""]
 
 
+# The OpenCL ragged decodes on NVIDIA's driver: (file, title, caption, A/B). {old}, {new}, {date}, {backend}
+# and {device} in a caption are filled from the file's rows; an A/B file's first commit is its base column.
+_OCL_TABLES = [
+    ("bench_ops_ocl_q4_ab_h200.csv",
+     "### OpenCL ragged decodes: the q4 kernel with GB query heads per work-group (H200)",
+     "NVIDIA's OpenCL driver ({backend}, {device}, {date}), two interleaved passes of each binary "
+     "(`docs/data/bench_ops_ocl_q4_ab_h200.csv`, mean): `{old}` runs the q4 pages with one work-group per (task, "
+     "query head) and byte loads per channel; `{new}` with one per (task, 4 query heads), the K rows staged word by "
+     "word and a code word of 8 channels per work-item in the value phase. The f16 pages' kernel is the same in "
+     "both. Both at workers=auto, which was 1 × the compute units on OpenCL then. Cells: ms (fraction of copy).",
+     True),
+    ("bench_ops_ocl_codes_ab_h200.csv",
+     "### Experiment, reverted: OpenCL codes to floats without I2F (q4 pages, H200)",
+     "The same way ({date}, `docs/data/bench_ops_ocl_codes_ab_h200.csv`, two interleaved passes): `{old}` against "
+     "`{new}`, which turns a code c into a float as as_float(0x4B000000 | c) − 2^23 instead of convert_float (an "
+     "I2F, a quarter of the FMA rate on NVIDIA GPUs); the quantized blocks' rows of the same run are in the "
+     "quantized decode's section. Not faster; `27e7da0` reverted it. Cells: ms (fraction of copy).",
+     True),
+    ("bench_ops_ocl_worker_scales8_h200.csv",
+     "### OpenCL ragged decodes cut for 1-8 × the compute units (H200)",
+     "`{old}` on NVIDIA's OpenCL driver ({date}, one run, `docs/data/bench_ops_ocl_worker_scales8_h200.csv`; its "
+     "kernels convert codes as in the experiment above, reverted later); auto was 1 × the compute units at this "
+     "commit. The work-groups are 64 work-items (two warps): at 1 × an SM runs two warps and waits on its loads. "
+     "Cells: ms (fraction of copy).",
+     False),
+    ("bench_ops_ocl_auto_ab_h200.csv",
+     "### OpenCL workers=auto at 8 × the compute units (H200, interleaved A/B)",
+     "`{old}` (auto = 1 × the compute units) against `{new}` (auto = 8 × on OpenCL GPUs) ({date}, "
+     "`docs/data/bench_ops_ocl_auto_ab_h200.csv`, two interleaved passes, mean). Both binaries convert codes as in "
+     "the reverted experiment above (0-4 % slower than convert_float). Cells: ms (fraction of copy).",
+     True),
+]
+
+
 def _ocl_ragged(data_dir):
-    """The OpenCL ragged decodes on NVIDIA's driver: the q4 kernel's rewrite, the code conversion, the
-    worker scales and workers=auto at 8 x the compute units."""
     out = []
-    q4 = read_dicts(os.path.join(data_dir, "bench_ops_ocl_q4_ab_h200.csv"))
-    if len(commits_in_order(q4)) == 2:
-        old, new = commits_in_order(q4)
-        out += schedule_table(
-            q4, old, "### OpenCL ragged decodes: the q4 kernel with GB query heads per work-group (H200)",
-            f"NVIDIA's OpenCL driver ({q4[0]['backend']}, {q4[0]['device']}, {q4[0]['date'][:10]}), two interleaved "
-            f"passes of each binary (`docs/data/bench_ops_ocl_q4_ab_h200.csv`, mean): `{old}` runs the q4 pages with "
-            f"one work-group per (task, query head) and byte loads per channel; `{new}` with one per (task, 4 query "
-            "heads), the K rows staged word by word and a code word of 8 channels per work-item in the value phase. "
-            "The f16 pages' kernel is the same in both. Both at workers=auto, which was 1 × the compute units on "
-            "OpenCL then. Cells: ms (fraction of copy).", base_label="auto")
-    codes = read_dicts(os.path.join(data_dir, "bench_ops_ocl_codes_ab_h200.csv"))
-    if len(commits_in_order(codes)) == 2:
-        old, new = commits_in_order(codes)
-        out += schedule_table(
-            codes, old, "### Experiment, reverted: OpenCL codes to floats without I2F (q4 pages, H200)",
-            f"The same way ({codes[0]['date'][:10]}, `docs/data/bench_ops_ocl_codes_ab_h200.csv`, two interleaved "
-            f"passes): `{old}` against `{new}`, which turns a code c into a float as as_float(0x4B000000 | c) − 2^23 "
-            "instead of convert_float (an I2F, a quarter of the FMA rate on NVIDIA GPUs); the quantized blocks' rows "
-            "of the same run are in the quantized decode's section. Not faster; `27e7da0` reverted it. Cells: ms "
-            "(fraction of copy).", base_label="auto")
-    scales = read_dicts(os.path.join(data_dir, "bench_ops_ocl_worker_scales8_h200.csv"))
-    if scales:
-        out += schedule_table(
-            scales, "", "### OpenCL ragged decodes cut for 1-8 × the compute units (H200)",
-            f"`{scales[0]['commit']}` on NVIDIA's OpenCL driver ({scales[0]['date'][:10]}, one run, "
-            "`docs/data/bench_ops_ocl_worker_scales8_h200.csv`; its kernels convert codes as in the experiment above, "
-            "reverted later); auto was 1 × the compute units at this commit. The "
-            "work-groups are 64 work-items (two warps): at 1 × an SM runs two warps and waits on its loads. "
-            "Cells: ms (fraction of copy).")
-    auto = read_dicts(os.path.join(data_dir, "bench_ops_ocl_auto_ab_h200.csv"))
-    if len(commits_in_order(auto)) == 2:
-        old, new = commits_in_order(auto)
-        out += schedule_table(
-            auto, old, "### OpenCL workers=auto at 8 × the compute units (H200, interleaved A/B)",
-            f"`{old}` (auto = 1 × the compute units) against `{new}` (auto = 8 × on OpenCL GPUs) "
-            f"({auto[0]['date'][:10]}, `docs/data/bench_ops_ocl_auto_ab_h200.csv`, two interleaved passes, mean). "
-            "Both binaries convert codes as in the reverted experiment above (0-4 % slower than convert_float). "
-            "Cells: ms (fraction of copy).", base_label="auto")
+    for name, title, caption, ab in _OCL_TABLES:
+        rows = read_dicts(os.path.join(data_dir, name))
+        commits = commits_in_order(rows)
+        if not rows or (ab and len(commits) != 2):
+            continue
+        r0 = rows[0]
+        text = caption.format(old=commits[0], new=commits[-1], date=r0["date"][:10], backend=r0["backend"],
+                              device=r0["device"])
+        out += (schedule_table(rows, commits[0], title, text, base_label="auto") if ab
+                else schedule_table(rows, "", title, text))
     return out
 
 
