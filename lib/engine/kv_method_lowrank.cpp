@@ -32,26 +32,8 @@ class lowrank_method : public kv_method {
             make_lowrank_plan(choice, cfg, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
         if (c_.padded_prefill) add_padded_prefill(plan_, palu_);
         dev_ = upload_lowrank_plan(be, plan_);
-        buffer_ptr scratch;
-        for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-            folded_.push_back(
-                fold_layer(be, cfg, m.weights, l, plan_.layers[size_t(l)], dev_.layers[size_t(l)], scratch));
-            const folded_layer & f = folded_.back();
-            const lowrank_layer & L = plan_.layers[size_t(l)];
-            layer_projection p;
-            p.w_v = f.w_v.get(), p.b_v = f.b_v.get(), p.v_width = L.v_total;
-            p.w_o = f.w_o.get(), p.o_width = cfg.gqa_group() * L.v_total;
-            if (L.fold_qk) {
-                // q' and k' straight from the projections (Lemma 1; the layer has no RoPE).
-                p.w_q = f.w_q.get(), p.q_width = cfg.gqa_group() * L.k_total;
-                p.w_k = f.w_k.get(), p.k_width = L.k_total;
-            }
-            p.k_pre_rope = rebuilds_keys(L);
-            proj_.push_back(p);
-            weight_bytes_ += f.bytes;
-        }
-        release_replaced_weights(be, m.weights, plan_);
-        weight_bytes_ += dev_.bytes();
+        folded_ = fold_model(be, cfg, m.weights, plan_, dev_, palu_);
+        weight_bytes_ = folded_.bytes + dev_.bytes();
         // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
         rope_theta_ = float(cfg.rope.theta);
         freq_factors_ = m.weights.freq_factors.get();
@@ -59,7 +41,7 @@ class lowrank_method : public kv_method {
     }
 
     const layer_projection * projection(int64_t layer) const override {
-        return proj_.empty() ? nullptr : &proj_[size_t(layer)];
+        return folded_.projections.empty() ? nullptr : &folded_.projections[size_t(layer)];
     }
 
     uint64_t weight_bytes() const override { return weight_bytes_; }
@@ -376,8 +358,7 @@ class lowrank_method : public kv_method {
     bool palu_;
     lowrank_plan plan_;
     lowrank_device dev_;
-    std::vector<folded_layer> folded_;
-    std::vector<layer_projection> proj_;
+    folded_model folded_;
     uint64_t weight_bytes_ = 0;
     float rope_theta_ = 10000.0f;
     buffer * freq_factors_ = nullptr;

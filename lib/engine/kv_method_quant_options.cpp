@@ -16,6 +16,10 @@
 //     backend has it; host: downloads the scores and ranks on the host; the same ranking), tail
 //     quantize|window (default quantize: the whole prompt is quantized at prefill, the paper's
 //     behaviour; window: the prompt's last len % block tokens wait in the fp16 decode window).
+//   Either, on the reduced cache of zack / fdc (kv_method_lowrank_quant.h): lowrank=zack|fdc (default
+//     none), calib=FILE (a calibration file of that method for this model, kvcomp calibrate), rank=R
+//     (every K and V head at R dims: a multiple of 16 up to head_dim; the blocks' head_dim).
+#include "engine/kv_method_lowrank_quant.h"
 #include "engine/kv_method_quant.h"
 #include "engine/method_option_reader.h"
 
@@ -29,6 +33,36 @@ int32_t bits_option(option_reader & r, const std::string & key, int32_t def, con
     return b;
 }
 
+// The lowrank / calib / rank options; nullopt-like (method unset) when lowrank=none.
+struct lowrank_options {
+    bool on = false;
+    lowrank_choice choice;
+};
+
+lowrank_options lowrank_option(option_reader & r, const std::string & method) {
+    lowrank_options o;
+    const std::string m = r.word("lowrank", "none", {"none", "zack", "fdc"});
+    const std::string calib = r.text("calib", "");
+    const int64_t rank = r.integer("rank", 0, 0, 1 << 20);
+    if (m == "none") {
+        KVCOMP_CHECK_ARG(calib.empty() && rank == 0, "method ", method,
+                         ": calib and rank only apply with lowrank=zack or lowrank=fdc");
+        return o;
+    }
+    KVCOMP_CHECK_ARG(!calib.empty(), "method ", method, ": lowrank=", m,
+                     " needs calib=FILE (a calibration file from kvcomp calibrate --method ", m, ")");
+    KVCOMP_CHECK_ARG(rank > 0, "method ", method, ": lowrank=", m, " needs rank=R (the dims every K and V head keeps)");
+    o.on = true;
+    o.choice.method = m == "zack" ? host::lowrank::lowrank_method::zack : host::lowrank::lowrank_method::fdc;
+    o.choice.calib_path = calib;
+    o.choice.uniform_rank = rank;
+    return o;
+}
+
+std::unique_ptr<kv_method> finish_method(const quant_method_config & c, const lowrank_options & lr) {
+    return lr.on ? make_lowrank_quant_method(lr.choice, c) : make_quant_method(c);
+}
+
 }  // namespace
 
 std::unique_ptr<kv_method> make_kv_method_kivi(const method_options & o) {
@@ -38,12 +72,13 @@ std::unique_ptr<kv_method> make_kv_method_kivi(const method_options & o) {
     c.hi_bits = c.lo_bits = bits_option(r, "bits", 2, c.name);
     c.block = int32_t(r.integer("group", 32, 16, 4096));
     c.window = int32_t(r.integer("residual", 32, 1, 1 << 20));
+    const lowrank_options lr = lowrank_option(r, c.name);
     r.finish();
     KVCOMP_CHECK_ARG(c.window % c.block == 0, "method kivi: residual (", c.window, ") must be a multiple of group (",
                      c.block, ")");
     c.ratio = 1.0;  // one segment
     c.v_group = c.block;
-    return make_quant_method(c);
+    return finish_method(c, lr);
 }
 
 std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
@@ -67,6 +102,7 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     // they become a partial block. window: they stay fp16 in the decode window row (which decoding
     // allocates anyway, so the bytes held are the same) until it fills, as KIVI keeps its residual.
     const bool tail_window = r.word("tail", "quantize", {"quantize", "window"}) == "window";
+    const lowrank_options lr = lowrank_option(r, c.name);
     r.finish();
     c.v_group = 0;  // head_dim: one group per token
     c.channel_scale = true;
@@ -75,7 +111,7 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     // which segment a token lands in, so no probe attention is run: ratio=0 is ZipCache's
     // quantizer without its saliency estimation (the baseline its cost is measured against).
     c.saliency = c.ratio > 0.0 && c.ratio < 1.0;
-    return make_quant_method(c);
+    return finish_method(c, lr);
 }
 
 }  // namespace kvcomp::engine

@@ -171,4 +171,28 @@ void release_replaced_weights(backend & be, model_weights & w, const lowrank_pla
     }
 }
 
+folded_model fold_model(backend & be, const host::model_config & cfg, model_weights & w, const lowrank_plan & plan,
+                        const lowrank_device & dev, bool palu) {
+    folded_model out;
+    buffer_ptr scratch;
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+        const lowrank_layer & L = plan.layers[size_t(l)];
+        out.layers.push_back(fold_layer(be, cfg, w, l, L, dev.layers[size_t(l)], scratch));
+        const folded_layer & f = out.layers.back();
+        layer_projection p;
+        p.w_v = f.w_v.get(), p.b_v = f.b_v.get(), p.v_width = L.v_total;
+        p.w_o = f.w_o.get(), p.o_width = cfg.gqa_group() * L.v_total;
+        if (L.fold_qk) {
+            // q' and k' straight from the projections (Lemma 1; the layer has no RoPE).
+            p.w_q = f.w_q.get(), p.q_width = cfg.gqa_group() * L.k_total;
+            p.w_k = f.w_k.get(), p.k_width = L.k_total;
+        }
+        p.k_pre_rope = palu && !L.fold_qk;
+        out.projections.push_back(p);
+        out.bytes += f.bytes;
+    }
+    release_replaced_weights(be, w, plan);
+    return out;
+}
+
 }  // namespace kvcomp::engine

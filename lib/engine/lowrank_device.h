@@ -21,6 +21,7 @@
 
 #include <vector>
 
+#include "engine/kv_method.h"
 #include "engine/lowrank_layout.h"
 #include "engine/model_weights.h"
 
@@ -59,5 +60,16 @@ folded_layer fold_layer(backend & be, const host::model_config & cfg, const mode
 // every layer, and q_proj / k_proj in the plan's fold_qk layers (their bytes leave
 // w.bytes); the folded ones replace them.
 void release_replaced_weights(backend & be, model_weights & w, const lowrank_plan & plan);
+
+// Every layer folded (fold_layer), the replaced weights released, and each layer's projections as
+// kv_method::projection describes them: v' [v_total] and the output [g * v_total] always; q' and k'
+// from the folded W_Q / W_K on fold_qk layers; k pre-RoPE on the layers where `palu` rebuilds keys.
+struct folded_model {
+    std::vector<folded_layer> layers;
+    std::vector<layer_projection> projections;
+    uint64_t bytes = 0;  // the folded weights (not the plan's device arrays)
+};
+folded_model fold_model(backend & be, const host::model_config & cfg, model_weights & w, const lowrank_plan & plan,
+                        const lowrank_device & dev, bool palu);
 
 }  // namespace kvcomp::engine

@@ -40,6 +40,16 @@ const char * method_name(hl::lowrank_method m) {
 hl::kv_ranks choose_ranks(const lowrank_choice & ch, const hl::calibration & c) {
     const char * m = method_name(ch.method);
     const int64_t d = c.ranks.head_dim;
+    if (ch.uniform_rank > 0) {
+        KVCOMP_CHECK_ARG(!ch.removal_rate && !ch.compression, "method ", m,
+                         ": a uniform rank excludes removal_rate and compression");
+        KVCOMP_CHECK_ARG(ch.uniform_rank <= d, "method ", m, ": rank=", ch.uniform_rank,
+                         " is larger than head_dim = ", d);
+        hl::kv_ranks r = c.ranks;
+        std::fill(r.k.begin(), r.k.end(), ch.uniform_rank);
+        std::fill(r.v.begin(), r.v.end(), ch.uniform_rank);
+        return r;
+    }
     if (!ch.removal_rate && !ch.compression) return c.ranks;
     // rank_selection rejects it too; this names the option the user set.
     KVCOMP_CHECK_ARG(ch.rank_multiple >= 1 && ch.rank_multiple <= d, "method ", m,

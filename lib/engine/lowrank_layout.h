@@ -24,6 +24,10 @@ struct lowrank_choice {
     // [0, 1), or at the smallest r reaching this overall compression p in (0, 1). Neither: the
     // file's ranks.
     std::optional<double> removal_rate, compression;
+    // Or every K and V head of every layer at this one rank (> 0; at most head_dim): the uniform
+    // widths the quantized blocks of kivi / zipcache take when they store the reduced cache
+    // (kv_method_lowrank_quant.h). Exclusive with removal_rate and compression.
+    int64_t uniform_rank = 0;
     int64_t rank_multiple = 16;  // rounding of re-chosen ranks
     // kv_bits=4: fold the per-channel equalization D (core/ragged_q4.h) into the bases (zack/fdc).
     bool equalize = false;
