@@ -17,6 +17,7 @@
   eval_lowrank_q4.csv         zack/fdc with kv_bits=4 against kv_bits=16 (tools/report/measure_lowrank_q4.sh)
   eval_lowrank_q4_cuda.csv    the same on CUDA with more examples, line retrieval at 1K and 2K and p = 0.2
                               (docs/data/gpu_visits_2026-11-27.log, visit 32)
+  eval_lowrank_quant.csv      kivi / zipcache on the reduced cache (tools/report/measure_lowrank_quant.sh)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -27,7 +28,8 @@ from results_data import commits_in_order, provenance, read_dicts
 from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
-           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv")  # kept out of the generic sections
+           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv",
+           "eval_lowrank_quant.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -138,37 +140,72 @@ def _q4_accuracy(rows):
     return out + [""]
 
 
-def _q4_accuracy_cuda(rows):
-    """kv_bits=4 and kv_bits=16 at the same ranks, every task of the file, as fractions of none's score."""
-    if not rows:
-        return []
+def _kept_table(rows, head, key_of, key_cols, caption):
+    """Scores per method row and task as 'score (kept fraction of none's; perplexity: none / method)',
+    the compression and whether every task keeps 0.99. key_of(r, opts) gives a row's key (a tuple of
+    key_cols cells) or None to leave the row out."""
     cells, tasks = {}, []
     for r in rows:
-        if r["method"] not in LOWRANK:
-            continue
         o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
+        key = key_of(r, o)
+        if key is None:
+            continue
         task = f"{r['task']}@{r['context']}"
         if task not in tasks:
             tasks.append(task)
         v, base = float(r["value"]), float(r["baseline_value"])
         kept = base / v if r["metric"] == "perplexity" else (v / base if base else float("nan"))
-        c = cells.setdefault((r["method"], float(o.get("compression", 0)), int(o.get("kv_bits", "16"))), {})
+        c = cells.setdefault(key, {})
         c[task] = (v, kept, r["examples"])
         c["ratio"] = float(r["compression_ratio"])
+    if not cells:
+        return []
     examples = sorted({f"{t.split('@')[0]} {c[t][2]}" for c in cells.values() for t in tasks if t in c})
-    out = ["### 4-bit pages on the reduced cache: more examples (CUDA)", "",
-           f"`kvcomp sweep` on {provenance(rows)} (`docs/data/eval_lowrank_q4_cuda.csv`; the commands are in",
-           "`docs/data/gpu_visits_2026-11-27.log`, visit 32): calibrations made on the GPU as above (zack on the default",
-           "corpus, fdc on random tokens, removal rate 0), ranks re-chosen at load for compression p; every point next to",
-           "none on the same examples (" + ", ".join(examples) + " examples). Cells: the score (kept fraction of",
-           "none's; perplexity: none / method). The target is ≥ 0.99 of none on every task.", "",
-           "| method | p | kv_bits | × smaller | " + " | ".join(tasks) + " | all ≥ 0.99 |",
-           "|---|---|---|---|" + "---|" * (len(tasks) + 1)]
-    for (m, p, bits), c in sorted(cells.items()):
+    out = [head, "", caption.format(provenance=provenance(rows), examples=", ".join(examples)), "",
+           "| " + " | ".join(key_cols) + " | × smaller | " + " | ".join(tasks) + " | all ≥ 0.99 |",
+           "|" + "---|" * (len(key_cols) + len(tasks) + 2)]
+    for key, c in sorted(cells.items()):
         row = [f"{c[t][0]:.3f} ({c[t][1]:.3f})" if t in c else "–" for t in tasks]
         ok = all(t in c and c[t][1] >= 0.99 for t in tasks)
-        out.append(f"| {m} | {p:g} | {bits} | {c['ratio']:.2f} | " + " | ".join(row) + f" | {'yes' if ok else 'no'} |")
+        out.append("| " + " | ".join(str(k) for k in key) + f" | {c['ratio']:.2f} | " + " | ".join(row) +
+                   f" | {'yes' if ok else 'no'} |")
     return out + [""]
+
+
+def _q4_accuracy_cuda(rows):
+    """kv_bits=4 and kv_bits=16 at the same ranks, every task of the file, as fractions of none's score."""
+    return _kept_table(
+        rows, "### 4-bit pages on the reduced cache: more examples (CUDA)",
+        lambda r, o: (r["method"], f"{float(o.get('compression', 0)):g}", int(o.get("kv_bits", "16")))
+        if r["method"] in LOWRANK else None,
+        ["method", "p", "kv_bits"],
+        "`kvcomp sweep` on {provenance} (`docs/data/eval_lowrank_q4_cuda.csv`; the commands are in\n"
+        "`docs/data/gpu_visits_2026-11-27.log`, visit 32): calibrations made on the GPU as above (zack on the default\n"
+        "corpus, fdc on random tokens, removal rate 0), ranks re-chosen at load for compression p; every point next to\n"
+        "none on the same examples ({examples} examples). Cells: the score (kept fraction of\n"
+        "none's; perplexity: none / method). The target is ≥ 0.99 of none on every task.")
+
+
+def _lowrank_quant_accuracy(rows):
+    """kivi / zipcache on the reduced cache (lowrank=, rank=) next to the same quantizers on the full cache
+    and zack / fdc kv_bits=4, from tools/report/measure_lowrank_quant.sh."""
+    def key(r, o):
+        if r["method"] == "none":
+            return None
+        lowrank = o.get("lowrank") or (r["method"] if r["method"] in LOWRANK else "–")
+        rank = o.get("rank", "per head (full)" if r["method"] in LOWRANK else "–")
+        store = (f"{r['method']} {o.get('bits', '')}-bit".replace(" -bit", "") if r["method"] not in LOWRANK
+                 else f"kv_bits={o.get('kv_bits', '16')} rows")
+        return (store, lowrank, rank)
+    return _kept_table(
+        rows, "### The quantizers on the reduced cache (kivi / zipcache with lowrank=zack|fdc)", key,
+        ["storage", "bases", "rank"],
+        "`tools/report/measure_lowrank_quant.sh` on {provenance}: the default model, calibrations at\n"
+        "removal rate 0 (zack on the default corpus, fdc on random token ids); kivi at 4 bits with groups of 16 and 32\n"
+        "fp16 residual tokens, zipcache at its defaults (ratio 0.4, 4/2 bits, blocks of 100); with lowrank= every K and V\n"
+        "head keeps `rank` dims (64 = head_dim: the basis only rotates), the bases folded into W_V / W_O and q, k\n"
+        "projected online; `kv_bits=4 rows` is zack / fdc's own 4-bit pages at full rank. Every point next to none on\n"
+        "the same examples ({examples} examples). Cells: score (kept fraction of none's; perplexity: none / method).")
 
 
 def _kernels(ops):
@@ -347,6 +384,7 @@ def lowrank_section(data_dir, results):
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
+    lq = [r for r in results if r["source"] == "eval_lowrank_quant.csv"]
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
@@ -363,7 +401,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
