@@ -33,7 +33,7 @@ int32_t bits_option(option_reader & r, const std::string & key, int32_t def, con
     return b;
 }
 
-// The lowrank / calib / rank options; nullopt-like (method unset) when lowrank=none.
+// The lowrank / calib / rank options (on = false when lowrank=none, the default).
 struct lowrank_options {
     bool on = false;
     lowrank_choice choice;

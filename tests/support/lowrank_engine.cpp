@@ -57,6 +57,28 @@ engine::engine_config config(const std::string & backend, const std::string & me
     return c;
 }
 
+bool engine_runs(const engine::engine_config & cfg, size_t prompt_len, std::string & why) {
+    try {
+        engine::engine e(cfg);
+        const auto prompt = random_tokens(prompt_len, 1);
+        e.prompt_logits(prompt);
+        engine::generation_request r;
+        r.prompt = prompt;
+        r.max_new_tokens = 2;
+        r.stop_at_eos = false;
+        const int64_t id = e.submit(r);
+        e.run();
+        if (e.result(id).finish_reason != "error") return true;
+        why = e.result(id).error;
+    } catch (const error & err) {
+        if (err.code() != status::unsupported) throw;
+        why = err.what();
+    }
+    if (cfg.backend == "cpu" || why.find("not supported") == std::string::npos)
+        ADD_FAILURE() << cfg.backend << " must run " << cfg.method << ": " << why;
+    return false;
+}
+
 std::vector<double> forced_logprobs(engine::engine & e, const std::vector<int32_t> & prompt,
                                     const std::vector<int32_t> & forced) {
     engine::generation_request r;

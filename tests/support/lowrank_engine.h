@@ -25,6 +25,12 @@ std::string calib_file(const std::string & method, const std::string & dir = tin
 // The tiny engine on `backend` with `method` and its options (calib defaults to calib_file(method)).
 engine::engine_config config(const std::string & backend, const std::string & method, engine::method_options o = {});
 
+// Whether cfg's backend runs this configuration: prompt logits, then a prefill and two decode steps,
+// on prompt_len random tokens. A backend lacking an op (status::unsupported thrown, or the request
+// failing with "not supported") returns false with the reason in *why*, so the caller can skip. The
+// CPU reference must run it, and any other failure fails: both record a test failure and return false.
+bool engine_runs(const engine::engine_config & cfg, size_t prompt_len, std::string & why);
+
 // Log-probabilities of `forced` after `prompt`, through the method's decode path.
 std::vector<double> forced_logprobs(engine::engine & e, const std::vector<int32_t> & prompt,
                                     const std::vector<int32_t> & forced);

@@ -42,27 +42,7 @@ using namespace test::lowrank;
 // Whether `backend` runs the low-rank ops: the CPU reference must; another backend answers
 // "unsupported" until its kernels land (the test then skips with that message).
 bool runs_lowrank(const std::string & backend, const std::string & method, std::string & why) {
-    try {
-        engine::engine e(config(backend, method));
-        e.prompt_logits({1, 2, 3});
-        {  // and one decode step
-            engine::generation_request r;
-            r.prompt = {1, 2, 3};
-            r.max_new_tokens = 2;
-            r.stop_at_eos = false;
-            const int64_t id = e.submit(r);
-            e.run();
-            if (e.result(id).finish_reason == "error") {
-                why = e.result(id).error;
-                return backend == "cpu";  // on the CPU an error is a failure the tests will show
-            }
-        }
-        return true;
-    } catch (const error & err) {
-        if (err.code() != status::unsupported || backend == "cpu") throw;
-        why = err.what();
-        return false;
-    }
+    return engine_runs(config(backend, method), 3, why);
 }
 
 using param = std::tuple<std::string, std::string>;  // backend, method

@@ -66,15 +66,7 @@ engine::engine_config nope_config(const std::string & backend, const std::string
 
 // Whether `backend` runs the low-rank ops (the CPU must; others may answer "unsupported").
 bool runs_lowrank(const std::string & backend, std::string & why) {
-    try {
-        engine::engine e(nope_config(backend, "fdc"));
-        e.prompt_logits({1, 2, 3});
-        return true;
-    } catch (const error & err) {
-        if (err.code() != status::unsupported || backend == "cpu") throw;
-        why = err.what();
-        return false;
-    }
+    return engine_runs(nope_config(backend, "fdc"), 3, why);
 }
 
 // Prefill logits (NMSE) and decode log-probabilities (absolute) of two engines agree.

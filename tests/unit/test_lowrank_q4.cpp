@@ -99,22 +99,9 @@ class lowrank_q4 : public ::testing::TestWithParam<param> {
     void SetUp() override {
         backend_ = std::get<0>(GetParam());
         method_ = std::get<1>(GetParam());
-        try {
-            engine::engine e(config(backend_, method_, {{"kv_bits", "4"}}));
-            engine::generation_request r;
-            r.prompt = {1, 2, 3};
-            r.max_new_tokens = 2;
-            r.stop_at_eos = false;
-            const int64_t id = e.submit(r);
-            e.run();
-            if (e.result(id).finish_reason == "error") {
-                if (backend_ == "cpu") FAIL() << e.result(id).error;
-                GTEST_SKIP() << backend_ << ": " << e.result(id).error;
-            }
-        } catch (const error & err) {
-            if (err.code() != status::unsupported || backend_ == "cpu") throw;
-            GTEST_SKIP() << backend_ << " does not run " << method_ << " kv_bits=4: " << err.what();
-        }
+        std::string why;
+        if (!engine_runs(config(backend_, method_, {{"kv_bits", "4"}}), 3, why))
+            GTEST_SKIP() << backend_ << " does not run " << method_ << " kv_bits=4: " << why;
     }
     std::string backend_, method_;
 };

@@ -39,30 +39,6 @@ engine::engine_config combined(const std::string & backend, const std::string & 
 
 engine::engine_config plain(const std::string & backend) { return test::tiny_engine_config(tiny_dir(), backend); }
 
-// Whether `backend` runs the quantizing method at head_dim = rank (CUDA's quantized decode takes 64
-// and 128 only): the CPU reference must; elsewhere *why* gets the backend's reason.
-bool runs_at(const std::string & backend, const std::string & method, int64_t rank, const engine::method_options & o,
-             std::string & why) {
-    try {
-        engine::engine e(combined(backend, method, rank, o));
-        engine::generation_request r;
-        r.prompt = random_tokens(40, 1);
-        r.max_new_tokens = 2;
-        r.stop_at_eos = false;
-        const int64_t id = e.submit(r);
-        e.run();
-        if (e.result(id).finish_reason != "error") return true;
-        why = e.result(id).error;
-    } catch (const error & err) {
-        if (err.code() != status::unsupported) throw;
-        why = err.what();
-    }
-    // Only an op the backend lacks at this width skips; any other failure fails.
-    if (backend == "cpu" || why.find("not supported") == std::string::npos)
-        ADD_FAILURE() << backend << " must run rank " << rank << ": " << why;
-    return false;
-}
-
 class lowrank_quant_on : public ::testing::TestWithParam<std::string> {};
 
 // (a) kivi with residual 256 and zipcache with a block of 256 and tail=window keep every token of
@@ -77,8 +53,8 @@ TEST_P(lowrank_quant_on, full_rank_pass_through_equals_none) {
         {"kivi", {{"residual", "256"}, {"group", "32"}}},
         {"zipcache", {{"block", "256"}, {"tail", "window"}, {"ratio", "0"}}}};
     for (const auto & [method, opts] : variants) {
-        std::string why;
-        if (!runs_at(GetParam(), method, d, opts, why)) GTEST_SKIP() << GetParam() << ": " << why;
+        std::string why;  // CUDA's quantized decode takes head_dim 64 and 128 only
+        if (!engine_runs(combined(GetParam(), method, d, opts), 40, why)) GTEST_SKIP() << GetParam() << ": " << why;
         engine::engine e(combined(GetParam(), method, d, opts));
         // Both cache fp16, in different bases: the roundings differ, nothing else does (as zack/fdc's
         // full-rank test, test_lowrank_methods.cpp).
@@ -98,7 +74,8 @@ TEST_P(lowrank_quant_on, error_shrinks_as_rank_grows) {
     const engine::method_options opts = {{"bits", "8"}, {"group", "16"}, {"residual", "16"}};
     for (int64_t rank : {16, 32, 48, 64}) {
         std::string why;
-        if (!runs_at(GetParam(), "kivi", rank, opts, why)) GTEST_SKIP() << GetParam() << " at rank " << rank << ": " << why;
+        if (!engine_runs(combined(GetParam(), "kivi", rank, opts), 40, why))
+            GTEST_SKIP() << GetParam() << " at rank " << rank << ": " << why;
         engine::engine e(combined(GetParam(), "kivi", rank, opts));
         const auto got = forced_logprobs(e, prompt, forced);
         ASSERT_EQ(got.size(), want.size());
