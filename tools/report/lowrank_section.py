@@ -18,6 +18,8 @@
   eval_lowrank_q4_cuda.csv    the same on CUDA with more examples, line retrieval at 1K and 2K and p = 0.2
                               (docs/data/gpu_visits_2026-11-27.log, visit 32)
   eval_lowrank_quant.csv      kivi / zipcache on the reduced cache (tools/report/measure_lowrank_quant.sh)
+  eval_lowrank_quant_ocl_h200.csv  the same script on NVIDIA OpenCL with 32 examples (visit 36)
+  eval_lowrank_quant_cause.csv  kivi 8-bit at rank 64 / 48 next to fp16 zack at removal rate 0.2 (CPU)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -29,7 +31,8 @@ from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv",
-           "eval_lowrank_quant.csv")  # kept out of the generic sections
+           "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
+           "eval_lowrank_quant_cause.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -186,26 +189,49 @@ def _q4_accuracy_cuda(rows):
         "none's; perplexity: none / method). The target is ≥ 0.99 of none on every task.")
 
 
-def _lowrank_quant_accuracy(rows):
-    """kivi / zipcache on the reduced cache (lowrank=, rank=) next to the same quantizers on the full cache
-    and zack / fdc kv_bits=4, from tools/report/measure_lowrank_quant.sh."""
-    def key(r, o):
-        if r["method"] == "none":
-            return None
-        lowrank = o.get("lowrank") or (r["method"] if r["method"] in LOWRANK else "–")
-        rank = o.get("rank", "per head (full)" if r["method"] in LOWRANK else "–")
-        store = (f"{r['method']} {o.get('bits', '')}-bit".replace(" -bit", "") if r["method"] not in LOWRANK
-                 else f"kv_bits={o.get('kv_bits', '16')} rows")
-        return (store, lowrank, rank)
-    return _kept_table(
-        rows, "### The quantizers on the reduced cache (kivi / zipcache with lowrank=zack|fdc)", key,
-        ["storage", "bases", "rank"],
-        "`tools/report/measure_lowrank_quant.sh` on {provenance}: the default model, calibrations at\n"
-        "removal rate 0 (zack on the default corpus, fdc on random token ids); kivi at 4 bits with groups of 16 and 32\n"
-        "fp16 residual tokens, zipcache at its defaults (ratio 0.4, 4/2 bits, blocks of 100); with lowrank= every K and V\n"
-        "head keeps `rank` dims (64 = head_dim: the basis only rotates), the bases folded into W_V / W_O and q, k\n"
-        "projected online; `kv_bits=4 rows` is zack / fdc's own 4-bit pages at full rank. Every point next to none on\n"
-        "the same examples ({examples} examples). Cells: score (kept fraction of none's; perplexity: none / method).")
+def _lowrank_quant_key(r, o):
+    """Table key of a row of the quantizers-on-the-reduced-cache files: (storage, bases, rank)."""
+    if r["method"] == "none":
+        return None
+    lowrank = o.get("lowrank") or (r["method"] if r["method"] in LOWRANK else "–")
+    if r["method"] in LOWRANK:
+        rank = f"per head, removal rate {o['removal_rate']}" if "removal_rate" in o else "per head (full)"
+        store = f"kv_bits={o.get('kv_bits', '16')} rows"
+    else:
+        rank = o.get("rank", "–")
+        store = f"{r['method']} {o.get('bits', '')}-bit".replace(" -bit", "")
+    return (store, lowrank, rank)
+
+
+_LOWRANK_QUANT_SETUP = (
+    "the default model, calibrations at\n"
+    "removal rate 0 (zack on the default corpus, fdc on random token ids); kivi at 4 bits with groups of 16 and 32\n"
+    "fp16 residual tokens, zipcache at its defaults (ratio 0.4, 4/2 bits, blocks of 100); with lowrank= every K and V\n"
+    "head keeps `rank` dims (64 = head_dim: the basis only rotates), the bases folded into W_V / W_O and q, k\n"
+    "projected online; `kv_bits=4 rows` is zack / fdc's own 4-bit pages at full rank. Every point next to none on\n"
+    "the same examples ({examples} examples). Cells: score (kept fraction of none's; perplexity: none / method).")
+
+# kivi / zipcache on the reduced cache (lowrank=, rank=): (file, title, caption).
+_LOWRANK_QUANT_TABLES = [
+    ("eval_lowrank_quant.csv", "### The quantizers on the reduced cache (kivi / zipcache with lowrank=zack|fdc)",
+     "`tools/report/measure_lowrank_quant.sh` on {provenance}: " + _LOWRANK_QUANT_SETUP),
+    ("eval_lowrank_quant_ocl_h200.csv", "### The quantizers on the reduced cache: more examples (NVIDIA OpenCL)",
+     "The same script with BACKEND=opencl:1 EXAMPLES=32 on {provenance} (`docs/data/gpu_visits_2026-11-27.log`, "
+     "visit 36): " + _LOWRANK_QUANT_SETUP),
+    ("eval_lowrank_quant_cause.csv", "### What loses line retrieval at rank 48: the rank, not the quantizer",
+     "`kvcomp sweep --tasks line_retrieval --contexts 1024 --examples 8` on {provenance}, one zack calibration of "
+     "the default corpus: kivi at 8 bits (groups of 16) on the reduced cache at rank 64 and 48, next to zack's own "
+     "fp16 pages at removal rate 0.2 (per-head ranks: every K head 48, V heads 32-48). At 8 bits the quantizer adds "
+     "almost nothing, and rank 48 scores what fp16 zack with 48-dim keys scores ({examples} examples). Cells: "
+     "score (kept fraction of none's)."),
+]
+
+
+def _lowrank_quant_accuracy(by_source):
+    out = []
+    for name, title, caption in _LOWRANK_QUANT_TABLES:
+        out += _kept_table(by_source.get(name, []), title, _lowrank_quant_key, ["storage", "bases", "rank"], caption)
+    return out
 
 
 def _kernels(ops):
@@ -384,7 +410,7 @@ def lowrank_section(data_dir, results):
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
-    lq = [r for r in results if r["source"] == "eval_lowrank_quant.csv"]
+    lq = {name: [r for r in results if r["source"] == name] for name, _, _ in _LOWRANK_QUANT_TABLES}
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []

@@ -31,7 +31,7 @@ from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa:
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
 from quant_decode_section import quant_decode_section  # noqa: E402
-from schedule_section import E2E_SOURCE as WORKERS_E2E_SOURCE  # noqa: E402
+from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -46,7 +46,7 @@ all_results = load_results(d)
 # so have ZipCache's recompression modes.
 results = [r for r in all_results
            if r["source"] not in LOWRANK_SOURCES
-           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE, WORKERS_E2E_SOURCE)]
+           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE) + WORKERS_E2E_SOURCES]
 
 
 def rows(name):

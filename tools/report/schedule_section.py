@@ -11,7 +11,8 @@
   bench_ops_ocl_codes_ab_h200.csv  a27fa24 against 1ae921e (codes to floats by mask-or and subtract; reverted), two passes
   bench_ops_ocl_worker_scales8_h200.csv  1ae921e cut for auto (then 1 x) and 2, 4, 6, 8 x the compute units, one run
   bench_ops_ocl_auto_ab_h200.csv  1ae921e (auto = 1 x) against 0c39190 (auto = 8 x on OpenCL GPUs), two passes
-  bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (E2E_SOURCE)
+  bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (CUDA)
+  bench_e2e_workers_ocl_h200.csv  the same on NVIDIA OpenCL (auto = 8 x the compute units), batches 1 and 4 at 4K
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -19,7 +20,15 @@ import re
 
 from results_data import commits_in_order, read_dicts
 
-E2E_SOURCE = "bench_e2e_workers_h100.csv"  # kept out of the generic bench sections
+# kvcomp bench runs at workers=1 and auto: (file, title, what differs), kept out of the generic bench sections.
+E2E_TABLES = [
+    ("bench_e2e_workers_h100.csv", "### workers=auto end to end (kvcomp bench, H100)",
+     "8 × 32K did not fit this card's memory."),
+    ("bench_e2e_workers_ocl_h200.csv", "### workers=auto end to end on NVIDIA OpenCL (kvcomp bench, H200)",
+     "On OpenCL GPUs auto is 8 × the compute units; prompts of 4K only (a 4 × 4K prefill takes 13 s through "
+     "NVIDIA's OpenCL driver)."),
+]
+E2E_SOURCES = tuple(name for name, _, _ in E2E_TABLES)
 _ROW = re.compile(r"decode_(lowrank_balanced|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
 _PAGES = {"lowrank_balanced": "f16", "lowrank_q4_balanced": "q4", "palu": "palu (f16 latent K)"}
 
@@ -73,7 +82,7 @@ def schedule_table(rows, base, title, caption, base_label="1×SMs"):
     return out + [""]
 
 
-def e2e_workers_table(rows):
+def e2e_workers_table(rows, source, title, note):
     """TTFT and TBT of one method at workers=1 and workers=auto per (batch, prompt), from kvcomp bench rows."""
     v, modes = {}, []
     for r in rows:
@@ -87,12 +96,12 @@ def e2e_workers_table(rows):
         return []
     a, b = modes
     r0 = rows[0]
-    out = ["### workers=auto end to end (kvcomp bench, H100)", "",
+    out = [title, "",
            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {r0['device']} ({r0['backend']}, commit "
-           f"`{r0['commit']}`, {r0['date'][:10]}, `docs/data/{E2E_SOURCE}`): {r0['method']} calibrated on the "
+           f"`{r0['commit']}`, {r0['date'][:10]}, `docs/data/{source}`): {r0['method']} calibrated on the "
            "random-weight model for p = 0.5, 16 generated tokens, one run per point, the two settings one after the "
-           "other. Random weights give every head the same rank, so the schedule has no uneven ranks to balance; "
-           "8 × 32K did not fit this card's memory.", "",
+           "other. Random weights give every head the same rank, so the schedule has no uneven ranks to balance. "
+           + note, "",
            f"| batch | prompt | TTFT ms workers={a} | TTFT ms workers={b} | TBT ms workers={a} | TBT ms workers={b} | "
            f"TBT {b} / {a} |", "|---|---|---|---|---|---|---|"]
     for (bt, ctx) in sorted({k[:2] for k in v}):
@@ -208,5 +217,6 @@ def schedule_section(data_dir):
             "occupancy query; at that commit `workers=auto` was 1 × the compute units there (8 × since `0c39190`, "
             "below). Cells: ms (fraction of copy).")
     out += _ocl_ragged(data_dir)
-    out += e2e_workers_table(read_dicts(os.path.join(data_dir, E2E_SOURCE)))
+    for name, title, note in E2E_TABLES:
+        out += e2e_workers_table(read_dicts(os.path.join(data_dir, name)), name, title, note)
     return out
