@@ -20,6 +20,8 @@
   eval_lowrank_quant.csv      kivi / zipcache on the reduced cache (tools/report/measure_lowrank_quant.sh)
   eval_lowrank_quant_ocl_h200.csv  the same script on NVIDIA OpenCL with 32 examples (visit 36)
   eval_lowrank_quant_cause.csv  kivi 8-bit at rank 64 / 48 next to fp16 zack at removal rate 0.2 (CPU)
+  eval_rotated_quant.csv      kivi-2 / zipcache on the rotated cache (tools/report/measure_rotated_quant.sh)
+  bench_e2e_combination_h200.csv  kvcomp bench: kivi-4 / zipcache on fdc's cache at rank 64, Llama-3-8B shapes
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -32,7 +34,8 @@ from schedule_section import mean_cell, schedule_section
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
-           "eval_lowrank_quant_cause.csv")  # kept out of the generic sections
+           "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
+           "bench_e2e_combination_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -211,26 +214,46 @@ _LOWRANK_QUANT_SETUP = (
     "projected online; `kv_bits=4 rows` is zack / fdc's own 4-bit pages at full rank. Every point next to none on\n"
     "the same examples ({examples} examples). Cells: score (kept fraction of none's; perplexity: none / method).")
 
-# kivi / zipcache on the reduced cache (lowrank=, rank=): (file, title, caption).
+def _rotated_quant_key(r, o):
+    """Table key of a row of eval_rotated_quant.csv: (quantizer, bases)."""
+    if r["method"] == "none":
+        return None
+    q = f"kivi {o.get('bits', '2')}-bit" if r["method"] == "kivi" else f"zipcache r={o.get('ratio', '0.4')}"
+    return (q, o.get("lowrank", "–"))
+
+
+_ROTATED_SETUP = (
+    "`tools/report/measure_rotated_quant.sh` on {provenance}: the 2-bit quantizers on the model's own basis "
+    "(bases –) and on zack's / fdc's SVD basis at rank = head_dim (lowrank=zack|fdc, rank=64: each K and V "
+    "head is rotated, nothing is dropped, so the bytes are the quantizer's alone; q and k are projected online, "
+    "the V basis is folded into W_V / W_O). ZipCache at 4 / 2 bits with blocks of 50 and tail=window, KIVI-2 with "
+    "groups of 32 and 32 fp16 residual tokens; calibrations at removal rate 0 (zack on the default corpus, fdc "
+    "on random token ids). Every point next to none on the same examples ({examples} examples). Cells: score "
+    "(kept fraction of none's; perplexity: none / method). The issue's target: ≥ 4.5× at ≥ 0.99 of none.")
+
+# kivi / zipcache on the reduced or rotated cache (lowrank=, rank=): (file, title, caption, key).
 _LOWRANK_QUANT_TABLES = [
     ("eval_lowrank_quant.csv", "### The quantizers on the reduced cache (kivi / zipcache with lowrank=zack|fdc)",
-     "`tools/report/measure_lowrank_quant.sh` on {provenance}: " + _LOWRANK_QUANT_SETUP),
+     "`tools/report/measure_lowrank_quant.sh` on {provenance}: " + _LOWRANK_QUANT_SETUP, _lowrank_quant_key),
     ("eval_lowrank_quant_ocl_h200.csv", "### The quantizers on the reduced cache: more examples (NVIDIA OpenCL)",
      "The same script with BACKEND=opencl:1 EXAMPLES=32 on {provenance} (`docs/data/gpu_visits_2026-11-27.log`, "
-     "visit 36): " + _LOWRANK_QUANT_SETUP),
+     "visit 36): " + _LOWRANK_QUANT_SETUP, _lowrank_quant_key),
     ("eval_lowrank_quant_cause.csv", "### What loses line retrieval at rank 48: the rank, not the quantizer",
      "`kvcomp sweep --tasks line_retrieval --contexts 1024 --examples 8` on {provenance}, one zack calibration of "
      "the default corpus: kivi at 8 bits (groups of 16) on the reduced cache at rank 64 and 48, next to zack's own "
      "fp16 pages at removal rate 0.2 (per-head ranks: every K head 48, V heads 32-48). At 8 bits the quantizer adds "
      "almost nothing, and rank 48 scores what fp16 zack with 48-dim keys scores ({examples} examples). Cells: "
-     "score (kept fraction of none's)."),
+     "score (kept fraction of none's).", _lowrank_quant_key),
+    ("eval_rotated_quant.csv", "### The 2-bit quantizers on the rotated cache (rank = head_dim)", _ROTATED_SETUP,
+     _rotated_quant_key),
 ]
 
 
 def _lowrank_quant_accuracy(by_source):
     out = []
-    for name, title, caption in _LOWRANK_QUANT_TABLES:
-        out += _kept_table(by_source.get(name, []), title, _lowrank_quant_key, ["storage", "bases", "rank"], caption)
+    for name, title, caption, key in _LOWRANK_QUANT_TABLES:
+        cols = ["storage", "bases", "rank"] if key is _lowrank_quant_key else ["quantizer", "bases"]
+        out += _kept_table(by_source.get(name, []), title, key, cols, caption)
     return out
 
 
@@ -374,6 +397,31 @@ def _e2e_h200_intro(prov):
             "128), so this run does not exercise uneven ranks; the kernel tables above do."]
 
 
+def _combination_point(r):
+    """The bench table's parameter of a row of the combination's end-to-end run."""
+    o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
+    parts = [f"{o['bits']}-bit"] if "bits" in o else []
+    if "compression" in o:
+        parts.append(f"p {float(o['compression']):g}")
+    if "lowrank" in o:
+        parts.append(f"{o['lowrank']} rank {o['rank']}")
+    return ", ".join(parts) or None
+
+
+def _e2e_combination(rows):
+    if not rows:
+        return []
+    return ["### The quantizers on the reduced cache end to end (kvcomp bench, H200)", "",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/"
+            "bench_e2e_combination_h200.csv`, commands in `docs/data/gpu_visits_2026-11-27.log`, visit 37): fdc "
+            "calibrated on the random-weight model (8192 uniform token ids, removal rate 0); kivi at 4 bits (groups "
+            "of 32, 32 fp16 residual tokens) and zipcache at its defaults, each on the model's cache and on fdc's "
+            "cache at rank 64 of 128 (`lowrank=fdc,rank=64`: the quantizer's blocks at head_dim 64, q and k "
+            "projected online); fdc at p = 0.5 (fp16 pages, every head at 64 on random weights); 16 generated "
+            "tokens, one run per point, none in the same visit.", ""] + \
+        bench_vs_none(rows, param=_combination_point, param_name="options") + [""]
+
+
 def _worker_scales(rows):
     """Balanced decode rows scheduled for compute_units x s workers (bench_ops --worker-scales): mean time
     and fraction of copy per (pages, profile, batch, context) and scale."""
@@ -409,8 +457,9 @@ def lowrank_section(data_dir, results):
     be_h200 = [r for r in results if r["source"] == "bench_lowrank_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
+    combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
-    lq = {name: [r for r in results if r["source"] == name] for name, _, _ in _LOWRANK_QUANT_TABLES}
+    lq = {name: [r for r in results if r["source"] == name] for name, _, _, _ in _LOWRANK_QUANT_TABLES}
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
     kernels = []
@@ -427,7 +476,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
