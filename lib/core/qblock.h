@@ -1,5 +1,7 @@
 // The quantized KV block: one storage format for the quantizing KV methods (KIVI, ZipCache; GEAR's
-// residual factors and outliers and HACK's code sums are further per-head arrays of the same block).
+// residual factors and outliers and HACK's code sums are further arrays of each segment of the same
+// block, and HACK trades which tensor each parameter array quantizes: core/qblock_family.h, with their
+// byte accounting).
 //
 // A block holds up to hi_tokens + lo_tokens tokens of one request in one layer, for every KV head,
 // split into two precision segments: "hi" (hi_bits per element, ZipCache's salient tokens) and
