@@ -13,21 +13,14 @@
 #   full,0.1,0.3,0.5; full = the file's r = 0 ranks, every head at head_dim: the quantizer alone),
 #   COMMIT (default git HEAD)
 set -euo pipefail
-bin=${BIN:-build/bin}
-backend=${BACKEND:-opencl:0}
-out=${OUT:-docs/data}
-examples=${EXAMPLES:-4}
-calib=${CALIB:-build/calib_lowrank}
+default_backend=opencl:0 default_examples=4
+source "$(dirname "$0")/lowrank_measure_setup.sh"
 points=${POINTS:-full,0.1,0.3,0.5}
-model=tools/model/default
-commit=${COMMIT:-$(git rev-parse --short=12 HEAD)}
 csv="$out/eval_lowrank_q4.csv"
-mkdir -p "$out" "$calib"
 t0=$(date +%s)
 methods=(--methods none)
 for m in zack fdc; do
-  file="$calib/$m.safetensors"
-  [ -f "$file" ] || "$bin/kvcomp" calibrate -m $model --method $m -b "$backend" --removal-rate 0 --out "$file"
+  file=$(full_calibration $m)
   for p in ${points//,/ }; do
     ranks="compression=$p,"
     [ "$p" = full ] && ranks=""

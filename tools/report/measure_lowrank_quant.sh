@@ -10,21 +10,13 @@
 #   BACKEND (default cpu), BIN (default build/bin), OUT (default docs/data), EXAMPLES (default 8;
 #   perplexity uses half), CALIB (default build/calib_lowrank), COMMIT (default git HEAD)
 set -euo pipefail
-bin=${BIN:-build/bin}
-backend=${BACKEND:-cpu}
-out=${OUT:-docs/data}
-examples=${EXAMPLES:-8}
-calib=${CALIB:-build/calib_lowrank}
-model=tools/model/default
-commit=${COMMIT:-$(git rev-parse --short=12 HEAD)}
+source "$(dirname "$0")/lowrank_measure_setup.sh"
 csv="$out/eval_lowrank_quant.csv"
-mkdir -p "$out" "$calib"
 t0=$(date +%s)
 kivi="kivi:bits=4,group=16,residual=32"
 methods=(--methods none --methods "$kivi" --methods zipcache)
 for m in zack fdc; do
-  file="$calib/$m.safetensors"
-  [ -f "$file" ] || "$bin/kvcomp" calibrate -m $model --method $m -b "$backend" --removal-rate 0 --out "$file"
+  file=$(full_calibration $m)
   for r in 64 48; do methods+=(--methods "$kivi,lowrank=$m,calib=$file,rank=$r"); done
   methods+=(--methods "zipcache:lowrank=$m,calib=$file,rank=48" --methods "$m:calib=$file,kv_bits=4")
 done

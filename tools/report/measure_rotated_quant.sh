@@ -11,25 +11,16 @@
 #   perplexity uses half), CALIB (default build/calib_lowrank), COMMIT (default git HEAD),
 #   RATIOS (default "0 0.1 0.2 0.3 0.4")
 set -euo pipefail
-bin=${BIN:-build/bin}
-backend=${BACKEND:-cpu}
-out=${OUT:-docs/data}
-examples=${EXAMPLES:-8}
-calib=${CALIB:-build/calib_lowrank}
+source "$(dirname "$0")/lowrank_measure_setup.sh"
 ratios=${RATIOS:-0 0.1 0.2 0.3 0.4}
-model=tools/model/default
-commit=${COMMIT:-$(git rev-parse --short=12 HEAD)}
 csv="$out/eval_rotated_quant.csv"
-mkdir -p "$out" "$calib"
 t0=$(date +%s)
 hd=$(python3 -c "import json; c = json.load(open('$model/config.json')); print(c.get('head_dim') or c['hidden_size'] // c['num_attention_heads'])")
 methods=(--methods none)
 for base in none zack fdc; do
   lr=""
   if [ $base != none ]; then
-    file="$calib/$base.safetensors"
-    [ -f "$file" ] || "$bin/kvcomp" calibrate -m $model --method $base -b "$backend" --removal-rate 0 --out "$file"
-    lr=",lowrank=$base,calib=$file,rank=$hd"
+    lr=",lowrank=$base,calib=$(full_calibration $base),rank=$hd"
   fi
   methods+=(--methods "kivi:bits=2$lr")
   for r in $ratios; do methods+=(--methods "zipcache:ratio=$r,block=50,tail=window$lr"); done
