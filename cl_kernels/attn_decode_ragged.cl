@@ -152,13 +152,11 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     const int tid = get_local_id(0);
     const int task = get_group_id(0);
     const int g0 = get_group_id(1) * GB;  // first query head of c in this work-group
-    global const int * row = sched + sched_off + (ulong)task * 4;
-    const int b = row[0], c = row[1], first = row[2], end = row[3];
     heads += heads_off;
-    const int kw = heads[c * 4], ko = heads[c * 4 + 1], vw = heads[c * 4 + 2], vo = heads[c * 4 + 3];
-    merge += merge_off;
-    const int n_in_list = merge[b * n_kv_heads + c + 1] - merge[b * n_kv_heads + c];
-    const int p0 = indptr[indptr_off + b];
+    const kvc_ragged_task T =
+        kvc_ragged_task_at(sched + sched_off, heads, merge + merge_off, indptr + indptr_off, task, n_kv_heads);
+    const int b = T.b, c = T.c, first = T.first, end = T.end, kw = T.kw, ko = T.ko, vw = T.vw, vo = T.vo;
+    const int n_in_list = T.n_in_list, p0 = T.p0;
     indices += indices_off;
     k_pages += k_off;
     v_pages += v_off;

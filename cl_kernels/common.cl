@@ -69,6 +69,26 @@ inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
         }
 }
 
+// The decode task a ragged work-group runs (host/lowrank/decode_schedule.h): its schedule row
+// (request b, KV head c, tokens [first, end)), c's K / V widths and offsets from the heads table, how
+// many tasks share the (b, c) row (n_in_list; 1: the task writes the output itself) and b's first entry
+// in the page indices. sched, heads, merge and indptr point at their arrays' first elements.
+typedef struct {
+    int b, c, first, end, kw, ko, vw, vo, n_in_list, p0;
+} kvc_ragged_task;
+
+inline kvc_ragged_task kvc_ragged_task_at(global const int * sched, global const int * heads,
+                                          global const int * merge, global const int * indptr, int task,
+                                          int n_kv_heads) {
+    global const int * row = sched + (ulong)task * 4;
+    kvc_ragged_task t;
+    t.b = row[0], t.c = row[1], t.first = row[2], t.end = row[3];
+    t.kw = heads[t.c * 4], t.ko = heads[t.c * 4 + 1], t.vw = heads[t.c * 4 + 2], t.vo = heads[t.c * 4 + 3];
+    t.n_in_list = merge[t.b * n_kv_heads + t.c + 1] - merge[t.b * n_kv_heads + t.c];
+    t.p0 = indptr[t.b];
+    return t;
+}
+
 // The end of a ragged decode task (attn_decode_ragged.cl, attn_decode_ragged_q4.cl), after a barrier
 // that published the slots' results: o_l holds gb heads of head_floats floats, each nt-slot partial
 // output slot_floats apart, and lsum_l gb x nt slot sums. Each head's slots are summed; the only task of
