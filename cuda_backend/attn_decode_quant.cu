@@ -10,8 +10,10 @@
 //   attn_decode_quant_kernel<D, QP, CPL>  (SIMT)  one block of 128 threads (4 warps) per (request, KV head,
 //       head chunk, split); QP query heads of the KV head's GQA group per block (group rounded up
 //       to 1, 2, 4, 8; larger groups use several head chunks), so every code byte is read from
-//       memory once per group. D = head_dim (64 or 128); CPL = channels per lane (16 when QP <= 4,
-//       8 for QP = 8, to bound the q and o registers at 2 * QP * CPL).
+//       memory once per group. D = head_dim, a multiple of 16 from 32 to 128 (the tensor-core
+//       kernel takes 64 and 128; the other widths are the reduced caches of kivi / zipcache with
+//       lowrank=, rank=R); CPL = channels per lane (16 when QP <= 4, 8 for QP = 8 and for D = 32,
+//       to bound the q and o registers at 2 * QP * CPL and keep QP lanes per token row).
 //   attn_decode_quant_merge_kernel  combines the splits' (o, lse) partials of one (request, head).
 //
 // Work items and splits: see attn_decode_quant.cuh.
@@ -25,9 +27,12 @@
 // __syncthreads per item. Slot numbers are loaded one item ahead so copies never wait on the
 // index array. Per-channel K params and per-channel vscale are read once per (block, warp).
 //
-// Compute mapping: L = D / CPL lanes share a token row, each owning CPL consecutive channels, so
-// a lane's codes of one token are CPL * bits / 8 contiguous bytes (hd 128, CPL 16: one u32 at 2
-// bits, a uint2 at 4 bits); a warp covers G = 32 / L consecutive tokens per step and the warps
+// Compute mapping: L lanes share a token row, D / CPL of them owning CPL consecutive channels each,
+// so a lane's codes of one token are CPL * bits / 8 contiguous bytes (hd 128, CPL 16: one u32 at 2
+// bits, a uint2 at 4 bits). L is D / CPL rounded up to a power of two (the shuffles' groups): where
+// D / CPL is not one (48, 80, 96, 112), the last lanes hold no channels; they read their row's first
+// lane's bytes, carry q' = 0 (a zero partial score) and take part in the shuffles, and their value
+// slice is never written. A warp covers G = 32 / L consecutive tokens per step and the warps
 // take the steps of a block's hi then lo segment round robin. Codes become floats without an
 // int->float conversion: F = asfloat(0x3F800000 | code << (23 - bits)) = 1 + code / 2^bits, so
 //   k = code * kstep + kmin = F * (2^bits kstep) + (kmin - 2^bits kstep)
@@ -48,6 +53,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "attn_decode_quant.cuh"
 #include "common.cuh"
@@ -61,6 +67,13 @@ using namespace dq;
 using dq_args = dq::args;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMinItemsPerSplit = 3;  // SIMT: a split's pipeline fill and partial write cost ~1 item
+
+// Lanes per token row: D / CPL rounded up to a power of two (see the banner).
+__host__ __device__ constexpr int lanes_per_row(int d, int cpl) {
+    int l = 1;
+    while (l * cpl < d) l *= 2;
+    return l;
+}
 
 // Code of channel k of a lane's CPL channels as F = 1 + code / 2^BITS (see the banner).
 template <int BITS, int CPL>
@@ -132,21 +145,22 @@ __device__ __forceinline__ void accumulate(dq_state<QP, CPL> & st, float s, cons
 template <int D, int QP, int CPL>
 __device__ __forceinline__ float setup_segment(const float * q_s, const uint8_t * seg, const dq_args & a,
                                                int bits, int lj, float (&qk)[QP][CPL]) {
-    constexpr int L = D / CPL;
+    constexpr int L = lanes_per_row(D, CPL);
     const __half * kmin = reinterpret_cast<const __half *>(seg);
     const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
     const float levels = float(1 << bits);
+    const bool holds = lj * CPL < D;  // a lane past the row's channels: q' = 0, no bias
     float bpart[QP];
 #pragma unroll
     for (int i = 0; i < QP; ++i) bpart[i] = 0.0f;
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
-        const int c = lj * CPL + k;
+        const int c = holds ? lj * CPL + k : k;
         const float ks = __half2float(kstep[c]) * levels;
         const float d = __half2float(kmin[c]) - ks;
 #pragma unroll
         for (int i = 0; i < QP; ++i) {
-            const float qv = q_s[i * D + c];
+            const float qv = holds ? q_s[i * D + c] : 0.0f;
             qk[i][k] = qv * ks;
             bpart[i] = fmaf(qv, d, bpart[i]);
         }
@@ -165,14 +179,15 @@ template <int D, int QP, int CPL, int BITS>
 __device__ __forceinline__ void quant_step(dq_state<QP, CPL> & st, const float (&qk)[QP][CPL], float bias,
                                            const float (&vs)[CPL], const uint8_t * seg, seg_offsets so,
                                            int tok, int n, const dq_args & a, int lj) {
-    constexpr int L = D / CPL;
+    constexpr int L = lanes_per_row(D, CPL);
     constexpr int RB = D * BITS / 8;    // bytes per code row
     constexpr int LB = CPL * BITS / 8;  // bytes of a lane's slice
     const bool valid = tok < n;
     const int t = valid ? tok : 0;  // masked lanes read row 0 (always inside the stage)
+    const int lc = lj * CPL < D ? lj : 0;  // a lane past the row's channels reads lane 0's (q' = 0 there)
 
     lane_codes<BITS, CPL> kc;
-    kc.load(seg + so.kcodes + t * RB + lj * LB);
+    kc.load(seg + so.kcodes + t * RB + lc * LB);
     float part[QP];
 #pragma unroll
     for (int i = 0; i < QP; ++i) part[i] = 0.0f;
@@ -186,8 +201,8 @@ __device__ __forceinline__ void quant_step(dq_state<QP, CPL> & st, const float (
     const float s = valid ? full + bias : -INFINITY;
 
     lane_codes<BITS, CPL> vc;
-    vc.load(seg + so.vcodes + t * RB + lj * LB);
-    const int gi = t * a.groups + (lj * CPL) / a.v_group;  // v_group % CPL == 0 (supports)
+    vc.load(seg + so.vcodes + t * RB + lc * LB);
+    const int gi = t * a.groups + (lc * CPL) / a.v_group;  // v_group % CPL == 0 (supports)
     const float levels = float(1 << BITS);
     float A = __half2float(reinterpret_cast<const __half *>(seg + so.vstep)[gi]) * levels;
     float B = __half2float(reinterpret_cast<const __half *>(seg + a.seg_vmin)[gi]) - A;
@@ -218,12 +233,13 @@ template <int D, int QP, int CPL>
 __device__ __forceinline__ void window_step(dq_state<QP, CPL> & st, const float (&qk)[QP][CPL],
                                             const uint8_t * stage, int tok, int n, const dq_args & a,
                                             int lj) {
-    constexpr int L = D / CPL;
+    constexpr int L = lanes_per_row(D, CPL);
     const bool valid = tok < n;
     const int t = valid ? tok : 0;
-    const uint4 * krow = reinterpret_cast<const uint4 *>(stage + (int64_t(t) * D + lj * CPL) * 2);
+    const int lc = lj * CPL < D ? lj : 0;  // as in quant_step
+    const uint4 * krow = reinterpret_cast<const uint4 *>(stage + (int64_t(t) * D + lc * CPL) * 2);
     const uint4 * vrow =
-        reinterpret_cast<const uint4 *>(stage + (int64_t(a.win_chunk + t) * D + lj * CPL) * 2);
+        reinterpret_cast<const uint4 *>(stage + (int64_t(a.win_chunk + t) * D + lc * CPL) * 2);
     float part[QP];
 #pragma unroll
     for (int i = 0; i < QP; ++i) part[i] = 0.0f;
@@ -261,8 +277,8 @@ size_t dq_smem_bytes(int stage_bytes, int n_stages) {
 
 template <int D, int QP, int CPL>
 __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_args a) {
-    constexpr int L = D / CPL;  // lanes per token row
-    constexpr int G = 32 / L;   // tokens per warp step
+    constexpr int L = lanes_per_row(D, CPL);  // lanes per token row (the last may hold no channels)
+    constexpr int G = 32 / L;                 // tokens per warp step
     static_assert(D % CPL == 0 && L <= 32 && QP <= L, "lane mapping");
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
@@ -321,9 +337,10 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
             const int n_hi = min(max(hdr[0], 0), a.cap[0]), n_lo = min(max(hdr[1], 0), a.cap[1]);
             const uint8_t * head = stage + 16;
             float vs[CPL];
+            const int lc = lj * CPL < D ? lj : 0;  // a lane past the row's channels: never written
 #pragma unroll
             for (int k = 0; k < CPL; ++k)
-                vs[k] = a.cscale ? __half2float(reinterpret_cast<const __half *>(head)[lj * CPL + k]) : 1.0f;
+                vs[k] = a.cscale ? __half2float(reinterpret_cast<const __half *>(head)[lc * CPL + k]) : 1.0f;
             const int hs = (n_hi + G - 1) / G, n_steps = hs + (n_lo + G - 1) / G;
             int cur = -1;
             float bias = 0.0f;
@@ -347,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
 #pragma unroll
                 for (int i = 0; i < QP; ++i)
 #pragma unroll
-                    for (int k = 0; k < CPL; ++k) qk[i][k] = q_s[i * D + lj * CPL + k];
+                    for (int k = 0; k < CPL; ++k) qk[i][k] = lj * CPL < D ? q_s[i * D + lj * CPL + k] : 0.0f;
             }
             for (int ws = warp; ws < n_steps; ws += kWarps)
                 window_step<D, QP, CPL>(st, qk, stage, ws * G + tg, n_w, a, lj);
@@ -358,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     cp_async_wait<0>();
 
     float * sm = reinterpret_cast<float *>(ring);  // the warps merge through the ring
-    publish_warp_states<L, QP, CPL, kWarps>(st.m, st.l, st.o, sm);
+    publish_warp_states<L, QP, CPL, kWarps, D>(st.m, st.l, st.o, sm);
 
     store_block_result<D, QP, kWarps>(sm, nh, int64_t(b) * a.n_q_heads + h0,
                                       decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
@@ -423,13 +440,31 @@ int64_t ceil_div(int64_t x, int64_t y) {
 int qp_for(int64_t group) {
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
-int cpl_for(int qp) {
-    return qp <= 4 ? 16 : 8;
+constexpr int cpl_for(int qp, int head_dim) {
+    return qp <= 4 && head_dim > 32 ? 16 : 8;
+}
+// The SIMT kernel's widths: multiples of 16 from 32 to 128; at 32 a row has 4 lanes of 8 channels,
+// too few for 8 query heads per block (each lane ends with one head's score).
+bool simt_handles(int64_t head_dim, int qp) {
+    return head_dim >= 32 && head_dim <= 128 && head_dim % 16 == 0 && !(head_dim == 32 && qp > 4);
+}
+// Calls f(std::integral_constant<int, D>) for head_dim D, one of simt_handles' widths.
+template <typename F>
+auto with_head_dim(int64_t head_dim, F && f) {
+    switch (head_dim) {
+        case 32: return f(std::integral_constant<int, 32>{});
+        case 48: return f(std::integral_constant<int, 48>{});
+        case 64: return f(std::integral_constant<int, 64>{});
+        case 80: return f(std::integral_constant<int, 80>{});
+        case 96: return f(std::integral_constant<int, 96>{});
+        case 112: return f(std::integral_constant<int, 112>{});
+        default: return f(std::integral_constant<int, 128>{});
+    }
 }
 
 template <int D, int QP>
 struct dq_variant {
-    static constexpr int CPL = QP <= 4 ? 16 : 8;
+    static constexpr int CPL = cpl_for(QP, D);
     static void launch(context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
         attn_decode_quant_kernel<D, QP, CPL><<<unsigned(blocks), kThreads, smem, ctx.stream>>>(a);
         KVCOMP_CUDA_CHECK_LAUNCH();
@@ -442,49 +477,48 @@ struct dq_variant {
     }
 };
 
-// blocks == 0: only returns the variant's resident blocks per SM; else launches.
-template <int D>
-int dispatch_qp(int qp, context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
-    auto go = [&](auto variant) {
-        using V = decltype(variant);
-        if (blocks == 0) return V::blocks_per_sm(smem);
-        V::launch(ctx, a, blocks, smem);
-        return 0;
-    };
-    switch (qp) {
-        case 1:
-            return go(dq_variant<D, 1>{});
-        case 2:
-            return go(dq_variant<D, 2>{});
-        case 4:
-            return go(dq_variant<D, 4>{});
-        default:
-            return go(dq_variant<D, 8>{});
-    }
-}
+// blocks == 0: only returns the variant's resident blocks per SM; else launches. (head_dim, qp)
+// is one of simt_handles' pairs.
 int dispatch(int head_dim, int qp, context & ctx, const dq_args & a, int64_t blocks, size_t smem) {
-    return head_dim == 64 ? dispatch_qp<64>(qp, ctx, a, blocks, smem)
-                          : dispatch_qp<128>(qp, ctx, a, blocks, smem);
+    return with_head_dim(head_dim, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        auto go = [&](auto variant) {
+            using V = decltype(variant);
+            if (blocks == 0) return V::blocks_per_sm(smem);
+            V::launch(ctx, a, blocks, smem);
+            return 0;
+        };
+        switch (qp) {
+            case 1:
+                return go(dq_variant<D, 1>{});
+            case 2:
+                return go(dq_variant<D, 2>{});
+            case 4:
+                return go(dq_variant<D, 4>{});
+            default:
+                if constexpr (D > 32) {
+                    return go(dq_variant<D, 8>{});
+                } else {  // simt_handles refuses it
+                    KVCOMP_THROW(status::internal, "attn_decode_quant: head_dim 32 with 8 query heads per block");
+                }
+        }
+        return 0;
+    });
 }
 size_t smem_for(int head_dim, int qp, int stage_bytes, int n_stages) {
-    switch (head_dim == 64 ? qp : qp + 16) {
-        case 1:
-            return dq_smem_bytes<64, 1>(stage_bytes, n_stages);
-        case 2:
-            return dq_smem_bytes<64, 2>(stage_bytes, n_stages);
-        case 4:
-            return dq_smem_bytes<64, 4>(stage_bytes, n_stages);
-        case 8:
-            return dq_smem_bytes<64, 8>(stage_bytes, n_stages);
-        case 17:
-            return dq_smem_bytes<128, 1>(stage_bytes, n_stages);
-        case 18:
-            return dq_smem_bytes<128, 2>(stage_bytes, n_stages);
-        case 20:
-            return dq_smem_bytes<128, 4>(stage_bytes, n_stages);
-        default:
-            return dq_smem_bytes<128, 8>(stage_bytes, n_stages);
-    }
+    return with_head_dim(head_dim, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        switch (qp) {
+            case 1:
+                return dq_smem_bytes<D, 1>(stage_bytes, n_stages);
+            case 2:
+                return dq_smem_bytes<D, 2>(stage_bytes, n_stages);
+            case 4:
+                return dq_smem_bytes<D, 4>(stage_bytes, n_stages);
+            default:
+                return dq_smem_bytes<D, 8>(stage_bytes, n_stages);
+        }
+    });
 }
 
 constexpr size_t kSmemLimit = 48 * 1024;  // the default limit on every target: no opt-in needed
@@ -521,14 +555,15 @@ int stages_for(const qblock_layout & q, bool mma, int qp) {
 support supports_attn_decode_quant(const op_desc & op) {
     const auto & p = op.get<attn_decode_quant_params>();
     const qblock_layout & q = p.q;
-    if (q.head_dim != 64 && q.head_dim != 128)
-        return support::no("head_dim " + std::to_string(q.head_dim) + " (CUDA kernels exist for 64 and 128)");
     const bool mma = use_mma(q);
     const int qp = mma ? kMmaHeads : qp_for(p.n_q_heads / q.n_kv_heads);
-    if (!mma && q.v_group % cpl_for(qp) != 0)
+    if (!mma && !simt_handles(q.head_dim, qp))
+        return support::no("head_dim " + std::to_string(q.head_dim) +
+                           " (CUDA kernels take multiples of 16 from 32 to 128, and 48 to 128 for GQA groups above 4)");
+    if (!mma && q.v_group % cpl_for(qp, int(q.head_dim)) != 0)
         return support::no("v_group " + std::to_string(q.v_group) + " must be a multiple of 16 (tensor-core kernel" +
                            (mma_requested() ? "" : ", disabled by KVCOMP_QUANT_DECODE=simt") + ") or of " +
-                           std::to_string(cpl_for(qp)) + " (SIMT kernel: channels per lane)");
+                           std::to_string(cpl_for(qp, int(q.head_dim))) + " (SIMT kernel: channels per lane)");
     if (op.src[1].offset % 16 != 0 || op.src[4].offset % 16 != 0 || op.src[5].offset % 16 != 0)
         return support::no("pool, win_k and win_v views must start at 16-byte aligned offsets (cp.async)");
     if (stages_for(q, mma, qp) == 0)
@@ -642,7 +677,7 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
         dispatch(D, qp, ctx, a, work * splits, smem);
     if (splits > 1) {
         const int64_t rows = p.batch * p.n_q_heads;
-        const int cpb = rows < ctx.sm_count ? 32 : D;  // channels per merge block (see the kernel)
+        const int cpb = rows < ctx.sm_count && D % 32 == 0 ? 32 : D;  // channels per merge block (see the kernel)
         attn_decode_quant_merge_kernel<<<unsigned(rows * (D / cpb)), kMergeThreads, 0, ctx.stream>>>(
             a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D, cpb);
         KVCOMP_CUDA_CHECK_LAUNCH();

@@ -92,9 +92,11 @@ __host__ __device__ constexpr size_t warp_merge_floats() {
 // every warp's (m, l, o) in `sm` (warp_merge_floats floats). Every thread of the block must call it
 // (it contains __syncthreads); the caller's last reads of `sm` as anything else must precede it
 // (the first barrier protects them) and all cp.async copies into it must have landed.
-template <int L, int QP, int CPL, int NW>
+// W: the row width (L * CPL, or less when the token group's last lanes hold no channels: those
+// lanes, lj * CPL >= W, take part in the shuffles but write no o).
+template <int L, int QP, int CPL, int NW, int W = L * CPL>
 __device__ __forceinline__ void publish_warp_states(float m, float l, float (&o)[QP][CPL], float * sm) {
-    constexpr int W = L * CPL;
+    static_assert(W % CPL == 0 && W <= L * CPL, "row width");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tg = lane / L, lj = lane % L;
 #pragma unroll
@@ -110,10 +112,11 @@ __device__ __forceinline__ void publish_warp_states(float m, float l, float (&o)
     float * sm_m = sm_o + NW * QP * W;  // [NW][QP]
     float * sm_l = sm_m + NW * QP;      // [NW][QP]
     if (tg == 0) {
+        if (lj * CPL < W)
 #pragma unroll
-        for (int i = 0; i < QP; ++i)
+            for (int i = 0; i < QP; ++i)
 #pragma unroll
-            for (int k = 0; k < CPL; ++k) sm_o[(warp * QP + i) * W + lj * CPL + k] = o[i][k];
+                for (int k = 0; k < CPL; ++k) sm_o[(warp * QP + i) * W + lj * CPL + k] = o[i][k];
         const int my_head = lane_head<L, QP>(lj);
         if (lj == head_lane<L, QP>(my_head)) {
             sm_m[warp * QP + my_head] = m;

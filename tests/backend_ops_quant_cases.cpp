@@ -567,6 +567,28 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
                 k16.v_group = 16;
                 add(std::make_unique<attn_decode_quant_case>(spec(k16, 8, {6, 1}, {0, 7}, 16)));
             }
+            // Widths other than 64 and 128 (kivi / zipcache on a reduced cache, lowrank=, rank=R): CUDA's
+            // SIMT kernel, whose rows then have lanes without channels (48: 3 of 4 lanes hold 16 channels;
+            // 80, 112: 5 and 7 of 8; 96 at GQA 8: 12 of 16 lanes of 8), and 32 (4 lanes of 8). GQA 1, 2, 4, 8.
+            {
+                add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 48), 8, {3, 1, 0}, {5, 0, 16}, 16)));
+                qblock_layout k96 = kivi_layout(2, 96, 2);
+                add(std::make_unique<attn_decode_quant_case>(spec(k96, 16, {4, 2}, {0, 17}, 32)));
+                qblock_layout k80 = kivi_layout(4, 80, 4);
+                k80.v_group = 16;
+                add(std::make_unique<attn_decode_quant_case>(spec(k80, 4, {3, 5}, {9, 1}, 32)));
+                qblock_layout z112 = zipcache_layout(2, 112, 20, 12);
+                z112.hi_bits = 8;
+                add(std::make_unique<attn_decode_quant_case>(spec(z112, 4, {2, 3}, {16, 0}, 16)));
+                qblock_layout k32 = kivi_layout(2, 32, 2);
+                k32.v_group = 16;
+                add(std::make_unique<attn_decode_quant_case>(spec(k32, 8, {5, 1}, {7, 31}, 32)));
+                // 192 rows, several splits each: the merge at a block per row of 48 channels.
+                qblock_layout k48 = kivi_layout(8, 48, 4);
+                k48.v_group = 16;
+                add(std::make_unique<attn_decode_quant_case>(
+                    spec(k48, 32, {24, 24, 24, 24, 24, 24}, {0, 7, 31, 1, 16, 30}, 32)));
+            }
             // 192 query-head rows with several splits each: CUDA's split merge then runs a block per row
             // (rows >= SMs); the cases above, with fewer rows, run it at 32 channels per block.
             add(std::make_unique<attn_decode_quant_case>(

@@ -6,7 +6,8 @@
 // basis, on layers without RoPE too). The quantizing method then stores and attends on the reduced
 // K/V as if the model had head_dim = rank: its blocks (core/qblock.h), fp16 window, saliency and
 // decode kernels run unchanged at that width, on every backend whose kernels take it (CUDA's
-// quantized decode: 64 and 128). The scale stays 1/sqrt(the model's head_dim): q'.k' approximates q.k.
+// quantized decode: multiples of 16 from 32 to 128, on tensor cores at 64 and 128). The scale stays
+// 1/sqrt(the model's head_dim): q'.k' approximates q.k.
 //
 // Every K and V head of every layer has the same rank (lowrank_choice::uniform_rank): a qblock layout
 // has one head_dim, so ZACK's adaptive per-head ranks do not carry over here; the ranks-adaptive
