@@ -3,7 +3,9 @@
 // Layout (core/op.h): q/out f32 [n_tokens, n_q_heads, D]; k/v f16 [n_tokens, n_kv_heads, D];
 //   seq_indptr i32 [batch+1]: request b owns rows [seq_indptr[b], seq_indptr[b+1]) and its row j
 //   attends to its rows 0..j. Query head h reads KV head h / (n_q_heads / n_kv_heads).
-//   D = head_dim, 64 or 128 (others are reported unsupported).
+//   D = head_dim, a multiple of 16 from 32 to 128 (64 and 128 for the models; the others are the
+//   reduced caches of kivi / zipcache with lowrank=, rank=R); the CUDA-core fallback takes multiples of
+//   32 only, so at 48, 80 and 112 a view the tensor-core kernel cannot take is reported unsupported.
 // Both kernels keep the softmax in the log2 domain: q is pre-scaled by scale*log2(e), exp2f.
 // The optional lse output is each row's m / log2(e) + ln(l) (max m in log2 units, l the sum).
 //
@@ -37,6 +39,7 @@
 //   by scanning seq_indptr), y = query head; 128 threads = 4 warps x 8 query rows; shared Q tile
 //   (f32), K tile (half2, padded), V tile (f32); lanes over keys for scores, over features for o.
 #include <climits>
+#include <type_traits>
 
 #include "common.cuh"
 
@@ -107,10 +110,11 @@ __device__ __forceinline__ void load_kv_tile(const prefill_args & a, __half * sk
                                              int kv_head, int k0) {
     constexpr int ST = kStride<D>;
     constexpr int CH = D / 8;  // chunks per row
-    static_assert((kBN * CH) % kThreads == 0, "every thread copies the same number of chunks");
+    constexpr int N = kBN * CH, IT = (N + kThreads - 1) / kThreads;
 #pragma unroll
-    for (int it = 0; it < kBN * CH / kThreads; ++it) {
+    for (int it = 0; it < IT; ++it) {
         const int c = int(threadIdx.x) + it * kThreads;  // consecutive threads: consecutive chunks
+        if (N % kThreads != 0 && c >= N) break;  // D = 48, 80, 112: the last round is partial
         const int r = c / CH, ch = c % CH;
         const bool ok = k0 + r < n;
         const int64_t src = (int64_t(s0 + (ok ? k0 + r : 0)) * a.n_kv_heads + kv_head) * D + ch * 8;
@@ -448,11 +452,26 @@ __global__ void __launch_bounds__(kSimtThreads) attn_prefill_simt_kernel(const p
 
 }  // namespace
 
+namespace {
+
+// Whether the tensor-core kernel can take the op: 16-byte aligned views (device buffers start
+// 256-byte aligned, so the views' offsets decide) and a batch within the grid's z limit.
+bool mma_takes(const op_desc & op) {
+    const auto & p = op.get<attn_prefill_params>();
+    return op.src[0].offset % 16 == 0 && op.src[1].offset % 16 == 0 && op.src[2].offset % 16 == 0 &&
+           op.dst[0].offset % 16 == 0 && p.batch <= 65535;
+}
+
+}  // namespace
+
 support supports_attn_prefill(const op_desc & op) {
     const auto & p = op.get<attn_prefill_params>();
-    if (p.head_dim != 64 && p.head_dim != 128)
+    if (p.head_dim < 32 || p.head_dim > 128 || p.head_dim % 16 != 0)
         return support::no("head_dim " + std::to_string(p.head_dim) +
-                           " (CUDA prefill kernels exist for 64 and 128)");
+                           " (CUDA prefill kernels take multiples of 16 from 32 to 128)");
+    if (p.head_dim % 32 != 0 && !mma_takes(op))
+        return support::no("head_dim " + std::to_string(p.head_dim) +
+                           " needs the tensor-core kernel, which needs 16-byte aligned views and batch <= 65535");
     if (p.n_q_heads > 65535) return support::no("n_q_heads > 65535 (grid y limit)");
     if (p.n_tokens > INT_MAX / 2 || p.batch > INT_MAX / 2)
         return support::no("n_tokens and batch must fit in 31 bits");
@@ -478,6 +497,28 @@ bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+// Calls f(std::integral_constant<int, D>) for head_dim D (supports_attn_prefill's widths); simt: only
+// the multiples of 32 (the CUDA-core kernel's lanes own D / 32 features each).
+template <bool simt = false, typename F>
+void with_head_dim(int64_t head_dim, F && f) {
+    switch (head_dim) {
+        case 32: return f(std::integral_constant<int, 32>{});
+        case 64: return f(std::integral_constant<int, 64>{});
+        case 96: return f(std::integral_constant<int, 96>{});
+        case 128: return f(std::integral_constant<int, 128>{});
+        default: break;
+    }
+    if constexpr (!simt) {
+        switch (head_dim) {
+            case 48: return f(std::integral_constant<int, 48>{});
+            case 80: return f(std::integral_constant<int, 80>{});
+            case 112: return f(std::integral_constant<int, 112>{});
+            default: break;
+        }
+    }
+    KVCOMP_THROW(status::internal, "attn_prefill: head_dim ", head_dim, " has no kernel");
+}
+
 }  // namespace
 
 void run_attn_prefill(context & ctx, const op_desc & op) {
@@ -501,20 +542,16 @@ void run_attn_prefill(context & ctx, const op_desc & op) {
     // grid's z limit; views at other offsets, or huge batches, take the CUDA-core kernel.
     const bool mma_ok = aligned16(a.q) && aligned16(a.k) && aligned16(a.v) && aligned16(a.out) && p.batch <= 65535;
     if (mma_ok) {
-        if (p.head_dim == 64)
-            launch_mma<64>(ctx, a, p.max_seq_len);
-        else
-            launch_mma<128>(ctx, a, p.max_seq_len);
+        with_head_dim(p.head_dim, [&](auto dc) { launch_mma<decltype(dc)::value>(ctx, a, p.max_seq_len); });
         KVCOMP_CUDA_CHECK_LAUNCH();
         return;
     }
     // Sum over requests of ceil(n_b / kTileQ) <= (n_tokens + batch * (kTileQ - 1)) / kTileQ.
     const int64_t tiles = (p.n_tokens + p.batch * (kTileQ - 1) + kTileQ - 1) / kTileQ;
     const dim3 grid(unsigned(tiles), unsigned(p.n_q_heads));
-    if (p.head_dim == 64)
-        attn_prefill_simt_kernel<64><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
-    else
-        attn_prefill_simt_kernel<128><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
+    with_head_dim<true>(p.head_dim, [&](auto dc) {
+        attn_prefill_simt_kernel<decltype(dc)::value><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
+    });
     KVCOMP_CUDA_CHECK_LAUNCH();
 }
 

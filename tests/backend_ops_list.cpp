@@ -192,6 +192,13 @@ void full_list(list & l) {
     l.add<attn_prefill_case>(std::vector<int64_t>{1, 63, 200}, int64_t(8), int64_t(2), int64_t(128), size_t(256), true);
     l.add<attn_prefill_case>(std::vector<int64_t>{17, 129}, int64_t(4), int64_t(4), int64_t(64), size_t(256), true);
     l.add<attn_prefill_case>(std::vector<int64_t>{65, 1, 130}, int64_t(8), int64_t(2), int64_t(128), size_t(4), true);
+    // The reduced widths of kivi / zipcache with lowrank=, rank=R: the tensor-core kernel at 32, 48, 80,
+    // 96 and 112 (48 and 80: K/V tile copies with a partial last round), with lse; the CUDA-core
+    // fallback at 96 (4-byte offset; at 48 CUDA reports the offset unsupported).
+    for (int64_t hd : {int64_t(32), int64_t(48), int64_t(80), int64_t(96), int64_t(112)})
+        l.add<attn_prefill_case>(std::vector<int64_t>{1, 63, 65, 200}, int64_t(8), int64_t(2), hd, size_t(256), true);
+    l.add<attn_prefill_case>(std::vector<int64_t>{65, 1, 130}, int64_t(8), int64_t(2), int64_t(96), size_t(4), true);
+    l.add<attn_prefill_case>(std::vector<int64_t>{17, 3}, int64_t(4), int64_t(4), int64_t(48), size_t(4));
 }
 
 void smoke_list(list & l) {
