@@ -22,6 +22,8 @@
   eval_lowrank_quant_cause.csv  kivi 8-bit at rank 64 / 48 next to fp16 zack at removal rate 0.2 (CPU)
   eval_rotated_quant.csv      kivi-2 / zipcache on the rotated cache (tools/report/measure_rotated_quant.sh)
   bench_e2e_combination_h200.csv  kvcomp bench: kivi-4 / zipcache on fdc's cache at rank 64, Llama-3-8B shapes
+  bench_e2e_combination_ranks_h200.csv  the same for kivi-4 at ranks 64, 96 and 48 (visit 39)
+  eval_lowrank_quant_cuda_h200.csv  measure_lowrank_quant.sh on CUDA with 32 examples (visit 39)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -35,7 +37,8 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
-           "bench_e2e_combination_h200.csv")  # kept out of the generic sections
+           "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
+           "eval_lowrank_quant_cuda_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -238,6 +241,10 @@ _LOWRANK_QUANT_TABLES = [
     ("eval_lowrank_quant_ocl_h200.csv", "### The quantizers on the reduced cache: more examples (NVIDIA OpenCL)",
      "The same script with BACKEND=opencl:1 EXAMPLES=32 on {provenance} (`docs/data/gpu_visits_2026-11-27.log`, "
      "visit 36): " + _LOWRANK_QUANT_SETUP, _lowrank_quant_key),
+    ("eval_lowrank_quant_cuda_h200.csv", "### The quantizers on the reduced cache: the same on CUDA",
+     "The same script with BACKEND=cuda EXAMPLES=32 on {provenance} (`docs/data/gpu_visits_2026-11-27.log`, visit "
+     "39; rank 48 runs on CUDA since the quantized decode and the prefill take every multiple of 16 from 32 to "
+     "128): " + _LOWRANK_QUANT_SETUP, _lowrank_quant_key),
     ("eval_lowrank_quant_cause.csv", "### What loses line retrieval at rank 48: the rank, not the quantizer",
      "`kvcomp sweep --tasks line_retrieval --contexts 1024 --examples 8` on {provenance}, one zack calibration of "
      "the default corpus: kivi at 8 bits (groups of 16) on the reduced cache at rank 64 and 48, next to zack's own "
@@ -408,18 +415,33 @@ def _combination_point(r):
     return ", ".join(parts) or None
 
 
-def _e2e_combination(rows):
-    if not rows:
-        return []
-    return ["### The quantizers on the reduced cache end to end (kvcomp bench, H200)", "",
-            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/"
-            "bench_e2e_combination_h200.csv`, commands in `docs/data/gpu_visits_2026-11-27.log`, visit 37): fdc "
+def _none_tbt(rows):
+    """' (TBT at B × C: T ms, ...)' of none's rows in a bench file, or '' without any."""
+    pts = [f"{r['batch']} × {r['context']}: {float(r['value']):.2f} ms" for r in rows
+           if r["method"] == "none" and r["metric"] == "tbt_ms"]
+    return f" (TBT {', '.join(pts)})" if pts else ""
+
+
+def _e2e_combination(rows, ranks):
+    out = []
+    if rows:
+        out += ["### The quantizers on the reduced cache end to end (kvcomp bench, H200)", "",
+                f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/"
+                "bench_e2e_combination_h200.csv`, commands in `docs/data/gpu_visits_2026-11-27.log`, visit 37): fdc "
             "calibrated on the random-weight model (8192 uniform token ids, removal rate 0); kivi at 4 bits (groups "
             "of 32, 32 fp16 residual tokens) and zipcache at its defaults, each on the model's cache and on fdc's "
             "cache at rank 64 of 128 (`lowrank=fdc,rank=64`: the quantizer's blocks at head_dim 64, q and k "
             "projected online); fdc at p = 0.5 (fp16 pages, every head at 64 on random weights); 16 generated "
-            "tokens, one run per point, none in the same visit.", ""] + \
-        bench_vs_none(rows, param=_combination_point, param_name="options") + [""]
+                "tokens, one run per point, none in the same visit.", ""] + \
+            bench_vs_none(rows, param=_combination_point, param_name="options") + [""]
+    if ranks:
+        out += ["### The quantizers on the reduced cache at other ranks end to end (kvcomp bench, H200)", "",
+                f"The same way on {provenance(ranks)} (`docs/data/bench_e2e_combination_ranks_h200.csv`, visit 39): "
+                "kivi-4 on fdc's cache at rank 64 of 128 (the quantized decode on tensor cores), 96 and 48 (groups "
+                "of 32, 32 and 16 channels; the decode on the SIMT kernel, the only one for widths other than 64 "
+                "and 128). none was not run in this visit; the table above has it" + _none_tbt(rows) + ".", ""] + \
+            bench_vs_none(ranks, param=_combination_point, param_name="options") + [""]
+    return out
 
 
 def _worker_scales(rows):
@@ -458,6 +480,7 @@ def lowrank_section(data_dir, results):
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
+    combo_ranks = [r for r in results if r["source"] == "bench_e2e_combination_ranks_h200.csv"]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
     lq = {name: [r for r in results if r["source"] == name] for name, _, _, _ in _LOWRANK_QUANT_TABLES}
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
@@ -476,7 +499,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
