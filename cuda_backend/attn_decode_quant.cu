@@ -53,11 +53,11 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "attn_decode_quant.cuh"
 #include "common.cuh"
 #include "decode_common.cuh"
+#include "head_dims.cuh"
 
 namespace kvcomp::cuda {
 
@@ -447,19 +447,6 @@ constexpr int cpl_for(int qp, int head_dim) {
 // too few for 8 query heads per block (each lane ends with one head's score).
 bool simt_handles(int64_t head_dim, int qp) {
     return head_dim >= 32 && head_dim <= 128 && head_dim % 16 == 0 && !(head_dim == 32 && qp > 4);
-}
-// Calls f(std::integral_constant<int, D>) for head_dim D, one of simt_handles' widths.
-template <typename F>
-auto with_head_dim(int64_t head_dim, F && f) {
-    switch (head_dim) {
-        case 32: return f(std::integral_constant<int, 32>{});
-        case 48: return f(std::integral_constant<int, 48>{});
-        case 64: return f(std::integral_constant<int, 64>{});
-        case 80: return f(std::integral_constant<int, 80>{});
-        case 96: return f(std::integral_constant<int, 96>{});
-        case 112: return f(std::integral_constant<int, 112>{});
-        default: return f(std::integral_constant<int, 128>{});
-    }
 }
 
 template <int D, int QP>

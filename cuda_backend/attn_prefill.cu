@@ -39,9 +39,9 @@
 //   by scanning seq_indptr), y = query head; 128 threads = 4 warps x 8 query rows; shared Q tile
 //   (f32), K tile (half2, padded), V tile (f32); lanes over keys for scores, over features for o.
 #include <climits>
-#include <type_traits>
 
 #include "common.cuh"
+#include "head_dims.cuh"
 
 namespace kvcomp::cuda {
 
@@ -497,28 +497,6 @@ bool aligned16(const void * p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Calls f(std::integral_constant<int, D>) for head_dim D (supports_attn_prefill's widths); simt: only
-// the multiples of 32 (the CUDA-core kernel's lanes own D / 32 features each).
-template <bool simt = false, typename F>
-void with_head_dim(int64_t head_dim, F && f) {
-    switch (head_dim) {
-        case 32: return f(std::integral_constant<int, 32>{});
-        case 64: return f(std::integral_constant<int, 64>{});
-        case 96: return f(std::integral_constant<int, 96>{});
-        case 128: return f(std::integral_constant<int, 128>{});
-        default: break;
-    }
-    if constexpr (!simt) {
-        switch (head_dim) {
-            case 48: return f(std::integral_constant<int, 48>{});
-            case 80: return f(std::integral_constant<int, 80>{});
-            case 112: return f(std::integral_constant<int, 112>{});
-            default: break;
-        }
-    }
-    KVCOMP_THROW(status::internal, "attn_prefill: head_dim ", head_dim, " has no kernel");
-}
-
 }  // namespace
 
 void run_attn_prefill(context & ctx, const op_desc & op) {
@@ -549,7 +527,7 @@ void run_attn_prefill(context & ctx, const op_desc & op) {
     // Sum over requests of ceil(n_b / kTileQ) <= (n_tokens + batch * (kTileQ - 1)) / kTileQ.
     const int64_t tiles = (p.n_tokens + p.batch * (kTileQ - 1) + kTileQ - 1) / kTileQ;
     const dim3 grid(unsigned(tiles), unsigned(p.n_q_heads));
-    with_head_dim<true>(p.head_dim, [&](auto dc) {
+    with_head_dim<32>(p.head_dim, [&](auto dc) {
         attn_prefill_simt_kernel<decltype(dc)::value><<<grid, kSimtThreads, 0, ctx.stream>>>(a);
     });
     KVCOMP_CUDA_CHECK_LAUNCH();
