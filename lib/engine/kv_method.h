@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -142,6 +143,28 @@ public:
 
     // Pages of the method's own pool held now (0 for methods that use the engine's page table).
     virtual int64_t pages_in_use() const { return 0; }
+};
+
+// A method that keeps its KV in another method's cache and changes only what reaches it (the
+// calibration capture over none; kivi / zipcache on the reduced cache of zack / fdc): the cache's
+// byte accounting, maintenance, release and page count are the inner method's.
+class kv_method_over : public kv_method {
+public:
+    explicit kv_method_over(std::unique_ptr<kv_method> inner) : inner_(std::move(inner)) {}
+
+    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
+    uint64_t bytes_for_tokens(int64_t tokens) const override { return inner_->bytes_for_tokens(tokens); }
+    uint64_t bytes_held(int64_t seq, int64_t tokens) const override { return inner_->bytes_held(seq, tokens); }
+    void maintain(backend & be, const kv_step & step) override { inner_->maintain(be, step); }
+    void release(int64_t seq) override { inner_->release(seq); }
+    int64_t pages_in_use() const override { return inner_->pages_in_use(); }
+
+protected:
+    kv_method & inner() { return *inner_; }
+    const kv_method & inner() const { return *inner_; }
+
+private:
+    std::unique_ptr<kv_method> inner_;
 };
 
 // Creates a method by name; throws invalid_argument naming the valid methods for an unknown name

@@ -13,9 +13,10 @@ namespace {
 using host::lowrank::gram_accumulator;
 using host::lowrank::mat_view;
 
-class kv_method_capture : public kv_method {
+class kv_method_capture : public kv_method_over {
 public:
-    explicit kv_method_capture(std::shared_ptr<capture_grams> g) : g_(std::move(g)), none_(make_kv_method_none({})) {
+    explicit kv_method_capture(std::shared_ptr<capture_grams> g)
+        : kv_method_over(make_kv_method_none({})), g_(std::move(g)) {
         KVCOMP_CHECK_ARG(g_ != nullptr, "capture method: no Gram sink given");
     }
 
@@ -24,7 +25,7 @@ public:
     void allocate(backend & be, const kv_shape & shape) override {
         KVCOMP_CHECK_ARG(shape.n_kv_heads > 0 && shape.n_q_heads % shape.n_kv_heads == 0, "capture method: ",
                          shape.n_q_heads, " query heads are not a multiple of ", shape.n_kv_heads, " KV heads");
-        none_->allocate(be, shape);
+        inner().allocate(be, shape);
         capture_grams & g = *g_;
         g.n_layers = shape.n_layers, g.n_q_heads = shape.n_q_heads;
         g.n_kv_heads = shape.n_kv_heads, g.head_dim = shape.head_dim;
@@ -35,17 +36,10 @@ public:
         }
     }
 
-    uint64_t bytes_allocated() const override { return none_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t tokens) const override { return none_->bytes_for_tokens(tokens); }
-    uint64_t bytes_held(int64_t seq, int64_t tokens) const override { return none_->bytes_held(seq, tokens); }
-    void maintain(backend & be, const kv_step & step) override { none_->maintain(be, step); }
-    void release(int64_t seq) override { none_->release(seq); }
-    int64_t pages_in_use() const override { return none_->pages_in_use(); }
-
     void attend(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k, const tensor & v,
                 const tensor & out, float scale) override {
         capture(be, layer, s.n_tokens, q, k, v);
-        none_->attend(be, layer, s, q, k, v, out, scale);
+        inner().attend(be, layer, s, q, k, v, out, scale);
     }
 
 private:
@@ -86,7 +80,6 @@ private:
     }
 
     std::shared_ptr<capture_grams> g_;
-    std::unique_ptr<kv_method> none_;
 };
 
 }  // namespace

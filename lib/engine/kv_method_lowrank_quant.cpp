@@ -10,28 +10,28 @@ namespace {
 
 namespace hl = host::lowrank;
 
-class lowrank_quant_method : public kv_method {
+class lowrank_quant_method : public kv_method_over {
   public:
     lowrank_quant_method(const lowrank_choice & choice, const quant_method_config & quant)
-        : choice_(choice), inner_(make_quant_method(quant)) {
+        : kv_method_over(make_quant_method(quant)), choice_(choice) {
         choice_.equalize = false;  // the quantizer's own per-channel key ranges do that job
         choice_.fold_qk = false;   // one online projection on every layer: the same shapes everywhere
     }
 
-    std::string name() const override { return inner_->name() + "+" + hl::lowrank_method_name(choice_.method); }
+    std::string name() const override { return inner().name() + "+" + hl::lowrank_method_name(choice_.method); }
 
     void prepare(backend & be, const model_context & m) override {
         plan_ = make_lowrank_plan(choice_, m.config, engine_model_hash(m.model_dir, m.random_weights, m.weight_seed));
         dev_ = upload_lowrank_plan(be, plan_);
         folded_ = fold_model(be, m.config, m.weights, plan_, dev_, false);
-        inner_->prepare(be, m);
+        inner().prepare(be, m);
     }
 
     const layer_projection * projection(int64_t layer) const override {
         return folded_.projections.empty() ? nullptr : &folded_.projections[size_t(layer)];
     }
 
-    uint64_t weight_bytes() const override { return folded_.bytes + dev_.bytes() + inner_->weight_bytes(); }
+    uint64_t weight_bytes() const override { return folded_.bytes + dev_.bytes() + inner().weight_bytes(); }
 
     void allocate(backend & be, const kv_shape & shape) override {
         KVCOMP_CHECK_ARG(!plan_.layers.empty(), "method ", name(), ": allocate() before prepare()");
@@ -41,15 +41,8 @@ class lowrank_quant_method : public kv_method {
         shape_ = shape;
         kv_shape reduced = shape;
         reduced.head_dim = choice_.uniform_rank;
-        inner_->allocate(be, reduced);
+        inner().allocate(be, reduced);
     }
-
-    uint64_t bytes_allocated() const override { return inner_->bytes_allocated(); }
-    uint64_t bytes_for_tokens(int64_t tokens) const override { return inner_->bytes_for_tokens(tokens); }
-    uint64_t bytes_held(int64_t seq, int64_t tokens) const override { return inner_->bytes_held(seq, tokens); }
-    void maintain(backend & be, const kv_step & step) override { inner_->maintain(be, step); }
-    void release(int64_t seq) override { inner_->release(seq); }
-    int64_t pages_in_use() const override { return inner_->pages_in_use(); }
 
     // q [n, nq * d] and k [n, nkv * d] (post-RoPE) are projected to q' [n, nq, r] and k' [n, nkv, r];
     // v [n, nkv * r] came reduced from the folded W_V, and the output [n, nq, r] goes to the folded W_O.
@@ -69,12 +62,11 @@ class lowrank_quant_method : public kv_method {
                        {kr}));
         const tensor vr = make_tensor(v.buf, dtype::f32, {n, nkv, r}, v.offset);
         const tensor outr = make_tensor(out.buf, dtype::f32, {n, nq, r}, out.offset);
-        inner_->attend(be, layer, s, qr, kr, vr, outr, scale);
+        inner().attend(be, layer, s, qr, kr, vr, outr, scale);
     }
 
   private:
     lowrank_choice choice_;
-    std::unique_ptr<kv_method> inner_;
     lowrank_plan plan_;
     lowrank_device dev_;
     folded_model folded_;

@@ -71,11 +71,14 @@ TEST_P(lowrank_quant_on, error_shrinks_as_rank_grows) {
     const auto prompt = random_tokens(48, 8), forced = random_tokens(24, 9);
     const auto want = forced_logprobs(none, prompt, forced);
     std::vector<double> errs;
+    std::string skipped;  // ranks the backend lacks an op for (CUDA: 16); the others are still compared
     const engine::method_options opts = {{"bits", "8"}, {"group", "16"}, {"residual", "16"}};
     for (int64_t rank : {16, 32, 48, 64}) {
         std::string why;
-        if (!engine_runs(combined(GetParam(), "kivi", rank, opts), 40, why))
-            GTEST_SKIP() << GetParam() << " at rank " << rank << ": " << why;
+        if (!engine_runs(combined(GetParam(), "kivi", rank, opts), 40, why)) {
+            skipped += " rank " + std::to_string(rank) + ": " + why;
+            continue;
+        }
         engine::engine e(combined(GetParam(), "kivi", rank, opts));
         const auto got = forced_logprobs(e, prompt, forced);
         ASSERT_EQ(got.size(), want.size());
@@ -83,7 +86,8 @@ TEST_P(lowrank_quant_on, error_shrinks_as_rank_grows) {
         for (size_t i = 0; i < got.size(); ++i) sum += std::abs(got[i] - want[i]);
         errs.push_back(sum / double(got.size()));
     }
-    for (size_t i = 0; i + 1 < errs.size(); ++i) EXPECT_GT(errs[i], errs[i + 1]) << "rank step " << i;
+    if (errs.size() < 3) GTEST_SKIP() << GetParam() << " runs fewer than 3 of the ranks:" << skipped;
+    for (size_t i = 0; i + 1 < errs.size(); ++i) EXPECT_GT(errs[i], errs[i + 1]) << "rank step " << i << skipped;
     EXPECT_LT(errs.back(), 2e-2) << "8-bit blocks at full rank stay close to none";
 }
 
