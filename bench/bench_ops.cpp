@@ -48,6 +48,7 @@ struct options {
     std::vector<int64_t> worker_scales{0};
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
+    std::vector<int64_t> quant_dims{128};                       // head widths of the quant sweep
     std::string sweep_rows;                                     // regex over their row names
     int reps = 20, warmup = 3;
     int64_t copy_mib = 0;  // 0: by device kind
@@ -77,6 +78,9 @@ void usage() {
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
         "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
+        "  --quant-dims LIST head widths of the quant sweep (default 128; others are the reduced caches\n"
+        "                    of kivi / zipcache with lowrank=, rank=R: rows decode_<layout>_d<W>, KIVI's\n"
+        "                    groups 16 where 32 does not divide W)\n"
         "  --sweep-rows RE   only the sweep rows whose name matches RE (e.g. 'fp16|balanced_p50')\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
@@ -191,6 +195,12 @@ bool parse(int argc, char ** argv, options & o) {
             }
         } else if (a == "--waves") {
             o.waves = parse_sizes(value());
+        } else if (a == "--quant-dims") {
+            o.quant_dims = parse_sizes(value());
+            for (int64_t d : o.quant_dims)
+                if (d < 16 || d % 16 != 0)
+                    throw std::invalid_argument("--quant-dims: " + std::to_string(d) +
+                                                " is not a positive multiple of 16");
         } else if (a == "--sweep-rows") {
             o.sweep_rows = value();
             std::regex check(o.sweep_rows);  // throws std::regex_error on a bad pattern
@@ -367,18 +377,22 @@ bool bench_device(const device_entry & dev, const options & o) {
         }
     // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
-    for (const char * layout : {"zipcache", "kivi2"})
-        for (int64_t batch : sweep("quant") && sweep_row(std::string("decode_") + layout) ? o.batches
-                                                                                           : std::vector<int64_t>{})
-            for (int64_t ctx : o.contexts) {
-                case_ptr c = make_attn_decode_quant_case(layout, batch, ctx);
-                row w;
-                ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                w.op = std::string("decode_") + layout;
-                w.batch = batch;
-                w.context = ctx;
-                rep.emit(w);
-            }
+    // Other head widths (--quant-dims) are rows decode_<layout>_d<W>.
+    for (int64_t dim : o.quant_dims)
+        for (const char * layout : {"zipcache", "kivi2"}) {
+            const std::string name =
+                std::string("decode_") + layout + (dim == 128 ? "" : "_d" + std::to_string(dim));
+            for (int64_t batch : sweep("quant") && sweep_row(name) ? o.batches : std::vector<int64_t>{})
+                for (int64_t ctx : o.contexts) {
+                    case_ptr c = make_attn_decode_quant_case(layout, batch, ctx, dim);
+                    row w;
+                    ok = bench_case(*c, *be, dev.info, o, w) && ok;
+                    w.op = name;
+                    w.batch = batch;
+                    w.context = ctx;
+                    rep.emit(w);
+                }
+        }
     // 3c. Low-rank decode on uneven ranks (per KV head, Llama-3-8B: 8 KV heads of 128, GQA 4). The
     // profiles keep 50% / ~30% of the KV dims with the spread of widths adaptive ranks give.
     struct rank_profile {

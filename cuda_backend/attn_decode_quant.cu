@@ -10,8 +10,8 @@
 //   attn_decode_quant_kernel<D, QP, CPL>  (SIMT)  one block of 128 threads (4 warps) per (request, KV head,
 //       head chunk, split); QP query heads of the KV head's GQA group per block (group rounded up
 //       to 1, 2, 4, 8; larger groups use several head chunks), so every code byte is read from
-//       memory once per group. D = head_dim, a multiple of 16 from 32 to 128 (the tensor-core
-//       kernel takes 64 and 128; the other widths are the reduced caches of kivi / zipcache with
+//       memory once per group. D = head_dim, a multiple of 16 from 32 to 128 (as the tensor-core
+//       kernel; the widths other than 64 and 128 are the reduced caches of kivi / zipcache with
 //       lowrank=, rank=R); CPL = channels per lane (16 when QP <= 4, 8 for QP = 8 and for D = 32,
 //       to bound the q and o registers at 2 * QP * CPL and keep QP lanes per token row).
 //   attn_decode_quant_merge_kernel  combines the splits' (o, lse) partials of one (request, head).

@@ -137,8 +137,9 @@ inline int64_t stage_bytes_for(const qblock_layout & q) {
 }
 
 // ---- the tensor-core kernel (attn_decode_quant_mma.cu) ---------------------------------------
-// Whether it handles a layout on the current device (head_dim 64/128, v_group a multiple of 16,
-// every warp's ring of two stages fits the device's shared memory); the reason when not.
+// Whether it handles a layout on the current device (head_dim a multiple of 16 from 32 to 128,
+// v_group 16, 32 or 64 dividing it or head_dim itself, every warp's ring of two stages fits the
+// device's shared memory); the reason when not.
 bool mma_handles(const qblock_layout & q, std::string * why);
 // Query heads per block (GQA groups larger than this use several head chunks).
 constexpr int kMmaHeads = 4;

@@ -3,8 +3,9 @@
 // about one ALU operation per code instead of a dequantize-and-FMA per code and query head.
 //
 // Kernel attn_decode_quant_mma_kernel<D, CS, MPG>: one block of 128 threads (4 warps) per (request, KV
-//   head, chunk of 4 query heads, split); D = head_dim (64, 128), CS = channel scales present, MPG =
-//   m-tiles per value group.
+//   head, chunk of 4 query heads, split); D = head_dim (a multiple of 16 from 32 to 128: the models'
+//   64 and 128, and the reduced caches of kivi / zipcache with lowrank=, rank=R), CS = channel scales
+//   present, MPG = m-tiles per value group.
 //   Items as in attn_decode_quant.cuh. Each warp streams its own items (warp w takes the split's
 //   items w, w + 4, ...): it copies them (sm_90: one bulk copy per block on an mbarrier; else and for
 //   window chunks cp.async) into a ring of its own (2 stages, 3 for
@@ -58,6 +59,7 @@
 #include "attn_decode_quant.cuh"
 #include "decode_common.cuh"
 #include "decode_mma.cuh"
+#include "head_dims.cuh"
 
 namespace kvcomp::cuda::dq {
 
@@ -66,18 +68,28 @@ namespace {
 constexpr int QH = kMmaHeads;  // query heads per block: the 8 mma columns are their (hi, lo)
 static_assert(QH == 4, "the column layout (2 per head, 8 per mma) assumes 4 heads");
 
-// Shared memory: q [QH][D] f32 | the window's q fragments [D/32][32 lanes] uint4 | q in channel-pair
-// order for each segment's bit width [2][QH][D/2] float2 (q_pairs) | the warps' ring mbarriers
-// [kWarps][4] u64 (sm_90 bulk copies) | per warp: its q fragments [2 segments][D/32][32 lanes]
-// uint4, then its ring of n_stages stages. The warps' area is reused by the final warp merge.
+// A q-fragment slot holds the B registers of k16 steps in pairs (one uint4 per lane and pair), so
+// its size is D rounded up to 32 channels; at D = 48, 80 and 112 the last pair's second step is
+// never written nor used.
+template <int D>
+constexpr int kFragPairs = (D + 31) / 32;
+template <int D>
+constexpr int kSlotChannels = 32 * kFragPairs<D>;
+
+// Shared memory: q [QH][D] f32 | the window's q fragments [D/32 rounded up][32 lanes] uint4 | q in
+// channel-pair order for each segment's bit width [2][QH][D/2] float2 (q_pairs) | the warps' ring
+// mbarriers [kWarps][4] u64 (sm_90 bulk copies) | per warp: its q fragments [2 segments][D/32
+// rounded up][32 lanes] uint4, then its ring of n_stages stages. The warps' area is reused by the
+// final warp merge.
 constexpr int kBarsPerWarp = 4;  // >= the most ring stages (mma_stages)
 template <int D>
 __host__ __device__ constexpr size_t fixed_smem() {
-    return size_t(QH) * D * 4 + size_t(D) * 16 + size_t(2) * QH * D * 4 + size_t(kWarps) * kBarsPerWarp * 8;
+    return size_t(QH) * D * 4 + size_t(kSlotChannels<D>) * 16 + size_t(2) * QH * D * 4 +
+           size_t(kWarps) * kBarsPerWarp * 8;
 }
 template <int D>
 __host__ __device__ constexpr size_t warp_smem(int stage_bytes, int n_stages) {
-    return size_t(2) * D * 16 + size_t(stage_bytes) * size_t(n_stages);
+    return size_t(2) * kSlotChannels<D> * 16 + size_t(stage_bytes) * size_t(n_stages);
 }
 template <int D>
 __host__ __device__ constexpr size_t merge_smem() {
@@ -148,8 +160,8 @@ __device__ __forceinline__ float head_totals(const float (&v)[QH], int lane) {
 }
 
 // One warp: q' = q * kstep of a segment as hi/lo f16 in fragment order into the warp's slot `qf`
-// (lane l takes the channel pairs l, l + 32, ... of every head, so each hi or lo pair is one
-// packed conversion and one 32-bit store; qp = the segment width's q pairs); returns the
+// (lane l takes the channel pairs l, l + 32, ... below D / 2 of every head, so each hi or lo pair
+// is one packed conversion and one 32-bit store; qp = the segment width's q pairs); returns the
 // segment's bias sum_c q_c (kmin_c - 2^BITS kstep_c) of head lane % 4.
 template <int D, int BITS>
 __device__ __forceinline__ float setup_q_warp(const float2 * qp, const __half * kmin, const __half * kstep,
@@ -159,8 +171,9 @@ __device__ __forceinline__ float setup_q_warp(const float2 * qp, const __half * 
 #pragma unroll
     for (int h = 0; h < QH; ++h) bp[h] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < D / 64; ++i) {
+    for (int i = 0; i < (D / 2 + 31) / 32; ++i) {
         const int pi = i * 32 + lane, c0 = pair_channel<BITS>(pi), w = pair_word(pi);
+        if (D % 64 != 0 && pi >= D / 2) break;  // the last round of a width that is no multiple of 64
         const float ks0 = __half2float(kstep[c0]), ks1 = __half2float(kstep[c0 + P]);
         const float d0 = __half2float(kmin[c0]) - float(1 << BITS) * ks0;
         const float d1 = __half2float(kmin[c0 + P]) - float(1 << BITS) * ks1;
@@ -212,10 +225,14 @@ __device__ __forceinline__ void softmax2(wstate<D, CS> & st, float s0, float s1,
     }
 }
 
+// The B fragments of a q-fragment slot: k16 steps 2 kp and 2 kp + 1 from one 128-bit load (at D =
+// 48, 80, 112 the last load's second step is unused).
 template <int D>
-__device__ __forceinline__ void load_qfrag(const uint4 * qf, uint32_t (&bq)[D / 16][2], int lane) {
+using qfrag_regs = uint32_t[2 * kFragPairs<D>][2];
+template <int D>
+__device__ __forceinline__ void load_qfrag(const uint4 * qf, qfrag_regs<D> & bq, int lane) {
 #pragma unroll
-    for (int kp = 0; kp < D / 32; ++kp) {
+    for (int kp = 0; kp < kFragPairs<D>; ++kp) {
         const uint4 v = qf[kp * 32 + lane];
         bq[2 * kp][0] = v.x, bq[2 * kp][1] = v.y, bq[2 * kp + 1][0] = v.z, bq[2 * kp + 1][1] = v.w;
     }
@@ -235,12 +252,36 @@ __device__ __forceinline__ int tile_row(int j) {
     return j ^ ((j >> 1) & 1);
 }
 
+// The RB / 4 words of a code row in shared memory, in the widest loads the row's alignment allows:
+// a segment's rows start at multiples of RB = D * bits / 8 bytes from a 16-byte aligned array, so
+// 16 bytes at a time where RB is a multiple of 16 (D a multiple of 64 at 2 bits, of 32 at 4), else
+// 8 or 4.
+template <int RB>
+__device__ __forceinline__ void load_row(const uint8_t * row, uint32_t (&w)[RB / 4]) {
+    if constexpr (RB % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < RB / 16; ++i) {
+            const uint4 x = reinterpret_cast<const uint4 *>(row)[i];
+            w[4 * i] = x.x, w[4 * i + 1] = x.y, w[4 * i + 2] = x.z, w[4 * i + 3] = x.w;
+        }
+    } else if constexpr (RB % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < RB / 8; ++i) {
+            const uint2 x = reinterpret_cast<const uint2 *>(row)[i];
+            w[2 * i] = x.x, w[2 * i + 1] = x.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < RB / 4; ++i) w[i] = reinterpret_cast<const uint32_t *>(row)[i];
+    }
+}
+
 // Scores of the 16-token tile at tok0 of a quantized segment: this lane's head t for tile tokens g
 // (.x) and g + 8 (.y), i.e. rows tok0 + tile_row(g), + tile_row(g + 8); log2 units, -inf for rows
 // past the segment. Those are read clamped to its last row (always in the stage), so a tile past the
 // end is harmless.
 template <int D, int BITS>
-__device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, const uint32_t (&bq)[D / 16][2],
+__device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, const qfrag_regs<D> & bq,
                                                float bias, uint32_t ex, int lane) {
     constexpr int MT = D / 16, RB = D * BITS / 8, P = 16 / BITS;
     const int g = lane >> 2, t = lane & 3;
@@ -253,18 +294,13 @@ __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, co
     const uint8_t * ka = sv.seg + sv.kcodes + ra * RB;
     const uint8_t * kb = sv.seg + sv.kcodes + rb * RB;
     // At 2 and 4 bits the pairs t and t + 4 of all k16 steps cover every word of the two rows:
-    // read them whole, 16 bytes at a time (rows are 16-byte aligned in the stage). At 8 bits the
-    // lane needs half of the words: read those one by one.
+    // read them whole (load_row). At 8 bits the lane needs half of the words: read those one by one.
     constexpr int WPK = BITS / 2;  // code words per k16 step
     constexpr int RW = BITS <= 4 ? RB / 4 : 1;
     uint32_t kwa[RW], kwb[RW];
     if constexpr (BITS <= 4) {
-#pragma unroll
-        for (int i = 0; i < RW / 4; ++i) {
-            const uint4 x = reinterpret_cast<const uint4 *>(ka)[i], y = reinterpret_cast<const uint4 *>(kb)[i];
-            kwa[4 * i] = x.x, kwa[4 * i + 1] = x.y, kwa[4 * i + 2] = x.z, kwa[4 * i + 3] = x.w;
-            kwb[4 * i] = y.x, kwb[4 * i + 1] = y.y, kwb[4 * i + 2] = y.z, kwb[4 * i + 3] = y.w;
-        }
+        load_row<RB>(ka, kwa);
+        load_row<RB>(kb, kwb);
     }
     auto kword = [&](const uint8_t * row, const uint32_t (&w)[RW], int i) {
         if constexpr (BITS <= 4)
@@ -287,11 +323,14 @@ __device__ __forceinline__ float2 quant_scores(const seg_view & sv, int tok0, co
 }
 
 // The G f16 value parameters of one token row (G groups, G * 2 bytes, aligned to that) as floats,
-// in one shared-memory load.
+// in one shared-memory load where G is a power of two (else, at D = 48 ... 112, one per group).
 template <int G>
 __device__ __forceinline__ void load_group_params(const __half * row, float (&out)[G]) {
     if constexpr (G == 1) {
         out[0] = __half2float(row[0]);
+    } else if constexpr (G != 2 && G != 4 && G != 8) {
+#pragma unroll
+        for (int i = 0; i < G; ++i) out[i] = __half2float(row[i]);
     } else {
         using word = std::conditional_t<G == 2, uint32_t, std::conditional_t<G == 4, uint2, uint4>>;
         const word w = *reinterpret_cast<const word *>(row);
@@ -325,17 +364,12 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
         const int tok = tok0 + tile_row(2 * t + (k & 1) + (k >> 1) * 8);  // tile tokens 2t, 2t+1, 2t+8, 2t+9
         vr[k] = reinterpret_cast<const uint32_t *>(sv.seg + sv.vcodes + min(tok, sv.n - 1) * RB);
     }
-    // At 2 bits the lane needs every word of its four rows (wv = 0): read them 16 bytes at a time.
+    // At 2 bits the lane needs every word of its four rows (wv = 0): read them whole.
     constexpr int VW = BITS == 2 ? RB / 4 : 1;
     uint32_t vw[4][VW];
     if constexpr (BITS == 2) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-#pragma unroll
-            for (int i = 0; i < VW / 4; ++i) {
-                const uint4 x = reinterpret_cast<const uint4 *>(vr[k])[i];
-                vw[k][4 * i] = x.x, vw[k][4 * i + 1] = x.y, vw[k][4 * i + 2] = x.z, vw[k][4 * i + 3] = x.w;
-            }
+        for (int k = 0; k < 4; ++k) load_row<RB>(reinterpret_cast<const uint8_t *>(vr[k]), vw[k]);
     }
     auto vword = [&](int k, int i) {
         if constexpr (BITS == 2)
@@ -378,7 +412,7 @@ __device__ __forceinline__ void quant_values(wstate<D, CS> & st, const seg_view 
 template <int D, int BITS, bool CS, int MPG>
 __device__ __forceinline__ void quant_segment(wstate<D, CS> & st, const seg_view & sv, const args & a,
                                               const uint4 * qf, float bias, int lane) {
-    uint32_t bq[D / 16][2];
+    qfrag_regs<D> bq;
     load_qfrag<D>(qf, bq, lane);
     const uint32_t ex = code_exponents<BITS>();
     float2 s = quant_scores<D, BITS>(sv, 0, bq, bias, ex, lane);
@@ -396,7 +430,7 @@ __device__ __forceinline__ void window_tile(wstate<D, CS> & st, const uint8_t * 
                                             int n, const uint4 * qf, int lane) {
     constexpr int MT = D / 16;
     const int g = lane >> 2, t = lane & 3;
-    uint32_t bq[MT][2];
+    qfrag_regs<D> bq;
     load_qfrag<D>(qf, bq, lane);
     const __half * K = reinterpret_cast<const __half *>(stage);
     const __half * V = K + int64_t(win_chunk) * D;
@@ -475,13 +509,13 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
     uint4 * qf_win = smem + QH * D / 4;
-    float2 * q_pairs = reinterpret_cast<float2 *>(qf_win + D);  // [2 segments][QH][D / 2]
+    float2 * q_pairs = reinterpret_cast<float2 *>(qf_win + kSlotChannels<D>);  // [2 segments][QH][D / 2]
     uint8_t * warps_area = reinterpret_cast<uint8_t *>(smem) + fixed_smem<D>();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, t = lane & 3, g = lane >> 2;
     uint8_t * my_area = warps_area + size_t(warp) * warp_smem<D>(a.stage_bytes, a.n_stages);
-    uint4 * qf_seg = reinterpret_cast<uint4 *>(my_area);  // [2 segments][D] uint4
-    uint8_t * ring = my_area + size_t(2) * D * 16;
+    uint4 * qf_seg = reinterpret_cast<uint4 *>(my_area);  // [2 segments][kSlotChannels<D>] uint4
+    uint8_t * ring = my_area + size_t(2) * kSlotChannels<D> * 16;
 #ifdef KVCOMP_BULK_COPY
     uint64_t * bars = reinterpret_cast<uint64_t *>(q_pairs + QH * D);  // [kWarps][kBarsPerWarp]
     const unsigned my_bars = smem_addr(bars + warp * kBarsPerWarp);   // stage s: my_bars + 8 s
@@ -600,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                 const uint8_t * seg = head + a.seg_off[s];
                 const __half * kmin = reinterpret_cast<const __half *>(seg);
                 const __half * kstep = reinterpret_cast<const __half *>(seg + a.seg_kstep);
-                uint32_t * dst = reinterpret_cast<uint32_t *>(qf_seg + s * D);
+                uint32_t * dst = reinterpret_cast<uint32_t *>(qf_seg + s * kSlotChannels<D>);
                 const float2 * qp = q_pairs + s * (QH * D / 2);
                 switch (a.bits[s]) {
                     case 2: bias[s] = setup_q_warp<D, 2>(qp, kmin, kstep, dst, lane); break;
@@ -614,7 +648,7 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
                 const int n = s ? n_lo : n_hi;
                 if (n == 0) continue;
                 const seg_view sv{head + a.seg_off[s], a.seg_vstep[s], a.seg_kcodes[s], a.seg_vcodes[s], n};
-                const uint4 * q = qf_seg + s * D;
+                const uint4 * q = qf_seg + s * kSlotChannels<D>;
                 switch (a.bits[s]) {
                     case 2: quant_segment<D, 2, CS, MPG>(st, sv, a, q, bias[s], lane); break;
                     case 4: quant_segment<D, 4, CS, MPG>(st, sv, a, q, bias[s], lane); break;
@@ -663,21 +697,37 @@ template <int D, bool CS, int MPG>
 const void * kernel_ptr() {
     return reinterpret_cast<const void *>(attn_decode_quant_mma_kernel<D, CS, MPG>);
 }
+// The m-tiles per value group compiled for width D: 1, 2 and 4 where they divide D / 16 (v_group 16,
+// 32, 64: KIVI's groups) and D / 16 itself (one group per token row: ZipCache).
+template <int D>
+constexpr bool mpg_compiled(int mpg) {
+    constexpr int MT = D / 16;
+    return mpg == MT || ((mpg == 1 || mpg == 2 || mpg == 4) && MT % mpg == 0);
+}
+bool mpg_compiled(int head_dim, int mpg) {
+    return with_head_dim(head_dim, [&](auto dc) { return mpg_compiled<decltype(dc)::value>(mpg); });
+}
 template <int D, bool CS>
 const void * pick_mpg(int mpg) {
-    switch (mpg) {
-        case 1: return kernel_ptr<D, CS, 1>();
-        case 2: return kernel_ptr<D, CS, 2>();
-        case 4: return kernel_ptr<D, CS, 4>();
-        default: return kernel_ptr<D, CS, D / 16>();  // 8 at D = 128 (mma_handles: v_group divides D)
-    }
+    constexpr int MT = D / 16;
+    if (mpg == MT) return kernel_ptr<D, CS, MT>();
+    if constexpr (MT % 4 == 0 && MT != 4)
+        if (mpg == 4) return kernel_ptr<D, CS, 4>();
+    if constexpr (MT % 2 == 0 && MT != 2)
+        if (mpg == 2) return kernel_ptr<D, CS, 2>();
+    if constexpr (MT != 1)
+        if (mpg == 1) return kernel_ptr<D, CS, 1>();
+    KVCOMP_THROW(status::internal, "attn_decode_quant: no tensor-core kernel for head_dim ", D, " with ", mpg,
+                 " m-tiles per value group");
 }
-// The kernel for a head_dim (64, 128), channel scales or not, and v_group (16 * a power of two that
-// divides head_dim: mma_handles).
+// The kernel for a head_dim (a multiple of 16 from 32 to 128), channel scales or not, and v_group
+// (mma_handles: 16 times one of mpg_compiled's counts).
 const void * pick(int head_dim, bool cscale, int v_group) {
     const int mpg = v_group / 16;
-    if (head_dim == 64) return cscale ? pick_mpg<64, true>(mpg) : pick_mpg<64, false>(mpg);
-    return cscale ? pick_mpg<128, true>(mpg) : pick_mpg<128, false>(mpg);
+    return with_head_dim(head_dim, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        return cscale ? pick_mpg<D, true>(mpg) : pick_mpg<D, false>(mpg);
+    });
 }
 
 // The largest dynamic shared memory a block of the current device may opt in to.
@@ -692,12 +742,15 @@ int smem_optin_limit() {
 }  // namespace
 
 bool mma_handles(const qblock_layout & q, std::string * why) {
-    if (q.head_dim != 64 && q.head_dim != 128) {
-        if (why) *why = "head_dim " + std::to_string(q.head_dim) + " (tensor-core kernel: 64 and 128)";
+    if (q.head_dim < 32 || q.head_dim > 128 || q.head_dim % 16 != 0) {
+        if (why) *why = "head_dim " + std::to_string(q.head_dim) + " (tensor-core kernel: multiples of 16 from 32 to 128)";
         return false;
     }
-    if (q.v_group <= 0 || q.v_group % 16 != 0) {
-        if (why) *why = "v_group " + std::to_string(q.v_group) + " (tensor-core kernel: a multiple of 16)";
+    if (q.v_group <= 0 || q.v_group % 16 != 0 || q.head_dim % q.v_group != 0 ||
+        !mpg_compiled(int(q.head_dim), q.v_group / 16)) {
+        if (why)
+            *why = "v_group " + std::to_string(q.v_group) + " (tensor-core kernel: 16, 32 or 64 dividing head_dim " +
+                   std::to_string(q.head_dim) + ", or head_dim itself)";
         return false;
     }
     const int64_t stage = stage_bytes_for(q);
@@ -717,9 +770,10 @@ int mma_stages(int stage_bytes) {  // at most kBarsPerWarp
 }
 
 size_t mma_smem_bytes(int head_dim, int stage_bytes, int n_stages) {
-    if (head_dim == 64)
-        return fixed_smem<64>() + std::max(kWarps * warp_smem<64>(stage_bytes, n_stages), merge_smem<64>());
-    return fixed_smem<128>() + std::max(kWarps * warp_smem<128>(stage_bytes, n_stages), merge_smem<128>());
+    return with_head_dim(head_dim, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        return fixed_smem<D>() + std::max(kWarps * warp_smem<D>(stage_bytes, n_stages), merge_smem<D>());
+    });
 }
 
 int mma_blocks_per_sm(const args & a, int head_dim, size_t smem) {

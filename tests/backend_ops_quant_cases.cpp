@@ -506,10 +506,14 @@ quant_spec spec(const qblock_layout & q, int64_t q_heads, std::vector<int64_t> b
 
 }  // namespace
 
-case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, int64_t context) {
+case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, int64_t context, int64_t head_dim) {
     KVCOMP_CHECK_ARG(layout == "zipcache" || layout == "kivi2" || layout == "kivi4",
                      "unknown quantized layout '", layout, "' (zipcache, kivi2, kivi4)");
-    const qblock_layout q = layout == "zipcache" ? zipcache_layout(8, 128) : kivi_layout(8, 128, layout == "kivi2" ? 2 : 4);
+    KVCOMP_CHECK_ARG(head_dim >= 16 && head_dim % 16 == 0, "head_dim must be a positive multiple of 16, got ", head_dim);
+    const int32_t kivi_group = head_dim % 32 == 0 ? 32 : 16;  // tokens and value channels, as kivi's group=
+    qblock_layout q = layout == "zipcache" ? zipcache_layout(8, head_dim)
+                                           : kivi_layout(8, head_dim, layout == "kivi2" ? 2 : 4, kivi_group);
+    if (layout != "zipcache") q.v_group = kivi_group;
     const int64_t g = q.block_tokens();
     quant_spec sp = spec(q, 32, std::vector<int64_t>(size_t(batch), context / g),
                          std::vector<int64_t>(size_t(batch), context % g), g);
@@ -567,8 +571,11 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
                 k16.v_group = 16;
                 add(std::make_unique<attn_decode_quant_case>(spec(k16, 8, {6, 1}, {0, 7}, 16)));
             }
-            // Widths other than 64 and 128 (kivi / zipcache on a reduced cache, lowrank=, rank=R): CUDA's
-            // SIMT kernel, whose rows then have lanes without channels (48: 3 of 4 lanes hold 16 channels;
+            // Widths other than 64 and 128 (kivi / zipcache on a reduced cache, lowrank=, rank=R). On CUDA
+            // the tensor-core kernel takes them all: an odd count of k16 steps (48, 80, 112), code rows
+            // read 4 or 8 bytes at a time (2-bit rows of 12, 20, 24, 28 bytes, 4-bit of 24, 40), value
+            // groups per row that are no power of two (3, 5, 7). With KVCOMP_QUANT_DECODE=simt the SIMT
+            // kernel, whose rows then have lanes without channels (48: 3 of 4 lanes hold 16 channels;
             // 80, 112: 5 and 7 of 8; 96 at GQA 8: 12 of 16 lanes of 8), and 32 (4 lanes of 8). GQA 1, 2, 4, 8.
             {
                 add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 48), 8, {3, 1, 0}, {5, 0, 16}, 16)));

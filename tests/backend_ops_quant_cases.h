@@ -127,11 +127,13 @@ class select_salient_case : public test_case {
     std::vector<int32_t> table_;  // (first_row, n, n_hi, first_block) per prompt
 };
 
-// Decode attention over quantized blocks at Llama-3-8B head shapes (32/8 heads of 128), batch x
-// context tokens per request: layout "zipcache" (blocks of 100: 40 tokens at 4 bits, 60 at 2,
-// CST values) or "kivi2" / "kivi4" (groups of 32 tokens at 2 / 4 bits); full blocks plus the
-// remainder in the fp16 window. For bench_ops.
-case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, int64_t context);
+// Decode attention over quantized blocks at Llama-3-8B head shapes (32/8 heads of 128, or of
+// head_dim: the reduced caches of kivi / zipcache with lowrank=, rank=R), batch x context tokens per
+// request: layout "zipcache" (blocks of 100: 40 tokens at 4 bits, 60 at 2, CST values) or "kivi2" /
+// "kivi4" (groups of 32 tokens at 2 / 4 bits; 16 where 32 does not divide head_dim); full blocks
+// plus the remainder in the fp16 window. For bench_ops.
+case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, int64_t context,
+                                     int64_t head_dim = 128);
 
 // The case lists' entries for these ops (called from backend_ops_list.cpp).
 void add_quant_cases(std::vector<case_ptr> & out, case_set set);
