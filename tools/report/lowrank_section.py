@@ -23,6 +23,8 @@
   eval_rotated_quant.csv      kivi-2 / zipcache on the rotated cache (tools/report/measure_rotated_quant.sh)
   bench_e2e_combination_h200.csv  kvcomp bench: kivi-4 / zipcache on fdc's cache at rank 64, Llama-3-8B shapes
   bench_e2e_combination_ranks_h200.csv  the same for kivi-4 at ranks 64, 96 and 48 (visit 39)
+  bench_e2e_combination_ranks_mma_h200.csv  the same after the tensor-core decode took every width, with none
+                              (visit 42); _simt_: ranks 96 and 48 with KVCOMP_QUANT_DECODE=simt, same visit
   eval_lowrank_quant_cuda_h200.csv  measure_lowrank_quant.sh on CUDA with 32 examples (visit 39)
 Every number is read from those files; nothing is typed here.
 """
@@ -38,7 +40,8 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
-           "eval_lowrank_quant_cuda_h200.csv")  # kept out of the generic sections
+           "eval_lowrank_quant_cuda_h200.csv", "bench_e2e_combination_ranks_mma_h200.csv",
+           "bench_e2e_combination_ranks_simt_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -422,7 +425,14 @@ def _none_tbt(rows):
     return f" (TBT {', '.join(pts)})" if pts else ""
 
 
-def _e2e_combination(rows, ranks):
+def _simt_or_tc_point(r):
+    """The combination's parameter, naming the decode kernel of visit 42's two files."""
+    kernel = "SIMT decode" if r["source"] == "bench_e2e_combination_ranks_simt_h200.csv" else "tensor-core decode"
+    p = _combination_point(r)
+    return f"{p}, {kernel}" if p and r["method"] != "none" else p
+
+
+def _e2e_combination(rows, ranks, ranks_tc=()):
     out = []
     if rows:
         out += ["### The quantizers on the reduced cache end to end (kvcomp bench, H200)", "",
@@ -438,9 +448,18 @@ def _e2e_combination(rows, ranks):
         out += ["### The quantizers on the reduced cache at other ranks end to end (kvcomp bench, H200)", "",
                 f"The same way on {provenance(ranks)} (`docs/data/bench_e2e_combination_ranks_h200.csv`, visit 39): "
                 "kivi-4 on fdc's cache at rank 64 of 128 (the quantized decode on tensor cores), 96 and 48 (groups "
-                "of 32, 32 and 16 channels; the decode on the SIMT kernel, the only one for widths other than 64 "
-                "and 128). none was not run in this visit; the table above has it" + _none_tbt(rows) + ".", ""] + \
+                "of 32, 32 and 16 channels; the decode on the SIMT kernel, at that commit the only one for widths "
+                "other than 64 and 128). none was not run in this visit; the table above has it" + _none_tbt(rows) +
+                ".", ""] + \
             bench_vs_none(ranks, param=_combination_point, param_name="options") + [""]
+    if ranks_tc:
+        out += ["### The quantizers on the reduced cache at other ranks, decode on tensor cores (kvcomp bench, H200)",
+                "", f"The same runs on {provenance(ranks_tc)} (`docs/data/bench_e2e_combination_ranks_mma_h200.csv`, "
+                "visit 42), after the tensor-core quantized decode took every width that is a multiple of 16: none, "
+                "kivi-4 on fdc's cache at ranks 64, 96 and 48 on the tensor-core decode, and ranks 96 and 48 again "
+                "with `KVCOMP_QUANT_DECODE=simt` (the SIMT decode, the path of the table above; "
+                "`bench_e2e_combination_ranks_simt_h200.csv`), all in one visit. One run per point.", ""] + \
+            bench_vs_none(ranks_tc, param=_simt_or_tc_point, param_name="options") + [""]
     return out
 
 
@@ -481,6 +500,8 @@ def lowrank_section(data_dir, results):
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
     combo_ranks = [r for r in results if r["source"] == "bench_e2e_combination_ranks_h200.csv"]
+    combo_ranks_tc = [r for r in results if r["source"] in ("bench_e2e_combination_ranks_mma_h200.csv",
+                                                            "bench_e2e_combination_ranks_simt_h200.csv")]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
     lq = {name: [r for r in results if r["source"] == name] for name, _, _, _ in _LOWRANK_QUANT_TABLES}
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
@@ -499,7 +520,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body

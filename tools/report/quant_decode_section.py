@@ -17,6 +17,9 @@ docs/RESULTS.md), from
   bench_ops_ocl_quant_splits_h200.csv  NVIDIA's OpenCL driver: be6ce9a (4 work-groups per CU as the split target)
                                      and binaries built from it with 8 and 16 (commit column g8, g16), two
                                      interleaved passes, H200
+  bench_ops_quant_dims_h200.csv      852f16e, the quant sweep at head widths 48 / 64 / 96 / 128 (bench_ops
+                                     --quant-dims) on the tensor-core kernel; _simt_: the same binary with
+                                     KVCOMP_QUANT_DECODE=simt right after it, same visit (42), H200
 Table cells are read from those files; the captions quote Nsight Compute durations from
 docs/data/gpu_visits_2026-11-27.log.
 """
@@ -161,6 +164,54 @@ def splits_table(rows):
     return out + [""]
 
 
+def _width(op):
+    """(layout, head width) of a quant sweep row: decode_<layout> is 128, decode_<layout>_d<W> is W."""
+    for prefix, layout in _LAYOUT.items():
+        if op == prefix:
+            return layout, 128
+        if op.startswith(prefix + "_d") and op[len(prefix) + 2:].isdigit():
+            return layout, int(op[len(prefix) + 2:])
+    return None
+
+
+def widths_table(tc_rows, simt_rows):
+    """The tensor-core and the SIMT kernel per (layout, width, batch, context), same binary and visit."""
+    if not tc_rows or not simt_rows:
+        return []
+    cells, fp16 = {}, {}
+    for kernel, rows in (("tc", tc_rows), ("simt", simt_rows)):
+        for r in rows:
+            if not r["time_ms"]:
+                continue
+            key = (int(r["batch"]), int(r["context"])) if r["batch"] else None
+            if r["op"] == "decode_fp16" and kernel == "tc":
+                fp16[key] = float(r["time_ms"])
+            w = _width(r["op"])
+            if w:
+                cells.setdefault(w + key, {})[kernel] = (float(r["time_ms"]), float(r["fraction_of_copy"]))
+    r0 = tc_rows[0]
+    out = ["### The tensor-core quantized decode at other head widths (H200)", "",
+           f"`bench_ops --sweeps fp16,quant --quant-dims 48,64,96,128` on {r0['device']} ({r0['backend']}), commit "
+           f"`{r0['commit']}`, {r0['date'][:10]} (`docs/data/bench_ops_quant_dims_h200.csv`; the SIMT column is the "
+           "same binary with `KVCOMP_QUANT_DECODE=simt`, run right after it: `bench_ops_quant_dims_simt_h200.csv`). "
+           "8 KV heads, 32 query heads, the widths of kivi / zipcache on a reduced cache (`lowrank=`, `rank=R`); "
+           "zipcache blocks of 100 (40 tokens at 4 bits, 60 at 2), kivi-2 groups of 32 tokens and channels (16 at "
+           "width 48). Fraction of copy: bytes read / time against the copy bandwidth of the same run. The fp16 "
+           "decode is at width 128.", "",
+           "| layout | width | batch | context | tensor cores ms (of copy) | SIMT ms (of copy) | SIMT / tensor cores "
+           "| fp16 decode (128) ms |",
+           "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(cells):
+        c = cells[key]
+        if "tc" not in c or "simt" not in c:
+            continue
+        (tt, ft), (ts, fs) = c["tc"], c["simt"]
+        f = fp16.get(key[2:])
+        out.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {tt:.4f} ({ft:.2f}) | {ts:.4f} ({fs:.2f}) | "
+                   f"{ts / tt:.2f} | {f'{f:.4f}' if f else '–'} |")
+    return out + [""]
+
+
 def quant_decode_section(data_dir):
     out = []
     for name, title, caption in _TABLES:
@@ -171,4 +222,6 @@ def quant_decode_section(data_dir):
         r0 = rows[0]
         out += ab_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"], date=r0["date"][:10],
                                                     old=commits[0], new=commits[1], file=name))
-    return out + splits_table(read_dicts(os.path.join(data_dir, "bench_ops_ocl_quant_splits_h200.csv")))
+    return out + splits_table(read_dicts(os.path.join(data_dir, "bench_ops_ocl_quant_splits_h200.csv"))) + \
+        widths_table(read_dicts(os.path.join(data_dir, "bench_ops_quant_dims_h200.csv")),
+                     read_dicts(os.path.join(data_dir, "bench_ops_quant_dims_simt_h200.csv")))
