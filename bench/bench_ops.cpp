@@ -362,18 +362,21 @@ bool bench_device(const device_entry & dev, const options & o) {
     const auto sweep = [&](const char * name) { return o.sweeps.count(name) > 0; };
     const std::regex rows_re(o.sweep_rows.empty() ? ".*" : o.sweep_rows);
     const auto sweep_row = [&](const std::string & name) { return std::regex_search(name, rows_re); };
+    // Times one sweep case and reports it as row `name` at (batch, context).
+    const auto sweep_point = [&](const case_ptr & c, const std::string & name, int64_t batch, int64_t ctx) {
+        row w;
+        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        w.op = name;
+        w.batch = batch;
+        w.context = ctx;
+        rep.emit(w);
+    };
     for (int64_t batch : sweep("fp16") && sweep_row("decode_fp16") ? o.batches : std::vector<int64_t>{})
         for (int64_t ctx : o.contexts) {
             decode_spec s;
             s.lens.assign(size_t(batch), ctx);
             s.extra_pages = 0;
-            case_ptr c = make_attn_decode_case(s);
-            row w;
-            ok = bench_case(*c, *be, dev.info, o, w) && ok;
-            w.op = "decode_fp16";
-            w.batch = batch;
-            w.context = ctx;
-            rep.emit(w);
+            sweep_point(make_attn_decode_case(s), "decode_fp16", batch, ctx);
         }
     // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
@@ -383,15 +386,8 @@ bool bench_device(const device_entry & dev, const options & o) {
             const std::string name =
                 std::string("decode_") + layout + (dim == 128 ? "" : "_d" + std::to_string(dim));
             for (int64_t batch : sweep("quant") && sweep_row(name) ? o.batches : std::vector<int64_t>{})
-                for (int64_t ctx : o.contexts) {
-                    case_ptr c = make_attn_decode_quant_case(layout, batch, ctx, dim);
-                    row w;
-                    ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                    w.op = name;
-                    w.batch = batch;
-                    w.context = ctx;
-                    rep.emit(w);
-                }
+                for (int64_t ctx : o.contexts)
+                    sweep_point(make_attn_decode_quant_case(layout, batch, ctx, dim), name, batch, ctx);
         }
     // 3c. Low-rank decode on uneven ranks (per KV head, Llama-3-8B: 8 KV heads of 128, GQA 4). The
     // profiles keep 50% / ~30% of the KV dims with the spread of widths adaptive ranks give.
@@ -426,13 +422,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                                                : concurrent_decode_tasks(*be, rs, kind == 2);
                         rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
                                               : host::lowrank::decode_policy::balanced;
-                        case_ptr c = make_ragged_decode_case(rs, kind == 2);
-                        row w;
-                        ok = bench_case(*c, *be, dev.info, o, w) && ok;
-                        w.op = name;
-                        w.batch = batch;
-                        w.context = ctx;
-                        rep.emit(w);
+                        sweep_point(make_ragged_decode_case(rs, kind == 2), name, batch, ctx);
                     }
     // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes;
     // then the low-rank prefill on the 50% profile, row blocks balanced per head and plain.
