@@ -19,25 +19,20 @@
 //   count, heaviest tile first), z = request. A block finds its rows from seq_indptr[z] directly;
 //   tiles past a request's length exit at once. x = head is fastest so the heads of one GQA
 //   group run side by side and share K/V through L2.
-//   Block: 4 warps, warp w owns query rows [32w, 32w+32) of the tile as two m16 row blocks and all
-//   D output features. Per staged key tile of kBN = 64 keys, in two softmax steps of kHN = 32 keys:
-//   S = Q K^T (32 x 32 per warp, fp32 in registers), causal mask on the diagonal steps only,
-//   online softmax per row (a row lives in one quad of lanes, so its max/sum need two shuffles), P
-//   converted in registers to the A operand of O += P V. Each K or V fragment a warp reads from
-//   shared memory feeds both row blocks' mma: with one row block per warp (8 warps of 16 rows,
-//   before 2026-11-27) every mma needed half an ldmatrix.x4 (256 bytes), 2 clocks of an SM's 128
-//   bytes of shared memory per clock against about 1 clock of its tensor cores per m16n8k16 (an
-//   estimate from the data sheet, not profiled); it ran at 275 TFLOP/s at 1 x 32K on an H200.
+//   Block: 8 warps, warp w owns query rows [16w, 16w+16) of the tile and all D output features.
+//   Per key tile of kBN = 64 keys: S = Q K^T (16 x 64 per warp, fp32 in registers), causal mask
+//   on the diagonal tiles only, online softmax per row (a row lives in one quad of lanes, so its
+//   max/sum need two shuffles), P converted in registers to the A operand of O += P V.
 //   Shared memory (dynamic, 2 stages x (K, V) x 64 rows x (D + 8) halves = 68 KiB for D = 128,
 //   36 KiB for D = 64): K/V tiles are copied with cp.async, double buffered: tile j+1 is in
 //   flight while tile j is used. The fp16 Q tile is staged in stage 1 before the loop, moved to
 //   registers, and stage 1 is then free for K/V. Rows are padded by 8 halves (16 bytes): the
 //   8 row addresses of one ldmatrix phase then fall in 8 different 16-byte bank groups.
 //   Causal skipping: a tile of rows [r0, r0+128) only loads keys [0, min(n, r0+128)); a warp
-//   whose 32 rows all precede a softmax step skips its math (it still joins the barriers).
-//   Occupancy: registers hold o (2 x D / 2), the scores (32) and the Q fragments (D / 2) per
-//   thread; two blocks of 4 warps per SM (__launch_bounds__), as many warps as the 8-warp blocks
-//   had at one block per SM.
+//   whose 16 rows all precede a key tile skips its math (it still joins the barriers).
+//   Occupancy: registers bound it, not shared memory. ptxas (CUDA 13, sm_90): 230 registers for
+//   D = 128 (o, s and the Q fragments alone take 128), 134 for D = 64, no spills: one block of
+//   8 warps per SM. Capping D = 64 at 128 registers for two blocks spilled, so it is not done.
 // attn_prefill_simt_kernel<D> (fallback, the original correctness kernel): CUDA cores, fp32
 //   throughout; runs when a pointer is not 16-byte aligned (cp.async / vector loads need it) or
 //   batch exceeds the grid's z limit. Grid x = query tiles of 32 rows over all requests (found
@@ -74,35 +69,33 @@ __device__ __forceinline__ void request_rows(const prefill_args & a, int b, int 
 // ============================================================================================
 // Tensor-core kernel.
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMT = 2;             // m16 row blocks per warp: each K / V fragment read feeds kMT mma
-constexpr int kWR = 16 * kMT;      // query rows per warp
-constexpr int kBM = kWR * kWarps;  // query rows per block
-constexpr int kBN = 64;            // keys per staged tile
-constexpr int kHN = 32;            // keys per softmax step (bounds the score registers at kMT x kHN / 8 x 4)
-static_assert(kHN % 16 == 0 && kBN % kHN == 0, "P*V walks a step in k16 steps, S in pairs of n8 tiles");
+constexpr int kBM = 16 * kWarps;  // query rows per block: one m16 MMA row block per warp
+constexpr int kBN = 64;           // keys per tile
+static_assert(kBN % 16 == 0, "P*V walks the key tile in k16 steps, S in pairs of n8 tiles");
 static_assert(kBM % kBN == 0, "tile starts r0 are then multiples of kBN: the diagonal test is exact");
+static_assert(kBM <= 2 * kBN, "the Q staging area (kBM rows) must fit in one K+V stage (2*kBN rows)");
 
 // Halves per shared row: +16 bytes so the 8 row addresses of an ldmatrix phase spread over banks.
 template <int D>
 constexpr int kStride = D + 8;
 template <int D>
 constexpr size_t mma_smem_bytes() {
-    return (size_t(2) * 2 * kBN + kBM) * kStride<D> * sizeof(__half);  // 2 stages x (K, V), then the Q tile
+    return size_t(2) * 2 * kBN * kStride<D> * sizeof(__half);  // 2 stages x (K, V)
 }
 
 // ldmatrix: lanes 8i..8i+7 give the row addresses (16 bytes each) of 8x8 matrix i; register i of
 // lane t then holds row t/4, columns 2*(t%4) and 2*(t%4)+1 of matrix i (lower column in the low
-// half). With .trans, the same lane holds column t/4, rows 2*(t%4) and 2*(t%4)+1. Addresses are
-// 32-bit shared-window offsets: a lane's base plus a compile-time offset folds into the
-// instruction (generic pointers had cost registers and a conversion per load).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned s) {
+// half). With .trans, the same lane holds column t/4, rows 2*(t%4) and 2*(t%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half * p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned s) {
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half * p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
@@ -131,10 +124,10 @@ __device__ __forceinline__ void load_kv_tile(const prefill_args & a, __half * sk
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const prefill_args a) {
+__global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefill_args a) {
     constexpr int ST = kStride<D>;
     constexpr int KD = D / 16;   // k16 steps of S = Q K^T
-    constexpr int NS = kHN / 8;  // n8 tiles of S (keys) per softmax step
+    constexpr int NS = kBN / 8;  // n8 tiles of S (keys)
     constexpr int NO = D / 8;    // n8 tiles of O (features)
     static_assert(D % 16 == 0 && NO % 2 == 0, "ldmatrix x4 loads feature tiles in pairs");
     extern __shared__ uint4 smem_raw[];  // uint4: 16-byte alignment for cp.async and ldmatrix
@@ -142,8 +135,6 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
     // Stage s holds K rows at smem + s*2*kBN*ST and V rows kBN*ST further.
     auto stage_k = [&](int s) { return smem + s * 2 * kBN * ST; };
     auto stage_v = [&](int s) { return smem + s * 2 * kBN * ST + kBN * ST; };
-    __half * const sq = smem + 2 * 2 * kBN * ST;  // the query tile, kBM rows
-    constexpr unsigned kRowBytes = ST * 2, kStageBytes = 2 * kBN * ST * 2;
 
     const int h = blockIdx.x, kv_head = h / a.group;
     int s0, s1;
@@ -152,33 +143,22 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
     const int n_tiles = (n + kBM - 1) / kBM;  // uniform across the block: barriers below are safe
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int qg = lane >> 2, qt = lane & 3;  // mma fragment coordinates g and t (see mma_16816)
-    // This lane's ldmatrix addresses (see ldmatrix_x4). Q, m-tile 0 of the warp's rows: matrix
-    // i = lane/8 of an x4 is (rows +8 if i&1, columns +8 if i&2), i.e. a[0..3] in mma_16816's order.
-    // K of stage 0, key 0, feature 0 and V likewise: see the loops.
-    const unsigned smem_s = smem_addr(smem);
-    const unsigned q_lane = smem_addr(sq) + ((kWR * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8) * 2;
-    const unsigned k_lane = smem_s + (((lane & 7) + (lane >> 4) * 8) * ST + ((lane >> 3) & 1) * 8) * 2;
-    const unsigned v_lane = smem_s + kBN * kRowBytes + (((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8) * 2;
 
     for (int t = int(blockIdx.y); t < n_tiles; t += int(gridDim.y)) {
         const int r0 = (n_tiles - 1 - t) * kBM;  // heaviest (last) tile first
         const int k_end = min(n, r0 + kBM);      // causal: no row of this tile sees key >= k_end
         const int n_kt = (k_end + kBN - 1) / kBN;
-        const int w_first = r0 + kWR * warp;     // this warp's first row (request position)
-        const int w_last = w_first + kWR - 1;
-        const bool w_active = w_first < n;       // else all its rows are padding
-        // This lane's rows: row[mt][0] = 16 mt + g of the warp's rows (c0, c1 of m-tile mt), row[mt][1] 8 further.
-        int row[kMT][2];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) row[mt][0] = w_first + 16 * mt + qg, row[mt][1] = row[mt][0] + 8;
+        const int w_first = r0 + 16 * warp;         // this warp's first row (request position)
+        const bool w_active = w_first < n;          // else all its rows are padding
+        const int row_a = w_first + qg, row_b = row_a + 8;  // this lane's two rows
 
         __syncthreads();  // the previous tile's readers of shared memory are done
         load_kv_tile<D>(a, stage_k(0), stage_v(0), s0, n, kv_head, 0);
         cp_async_commit();
 
-        // Q tile -> fp16, pre-scaled, into its area (visible to every warp after the loop's first
-        // barrier; the barrier above keeps the previous tile's readers out of it).
+        // Q tile -> fp16, pre-scaled, into stage 1 (free until the loop's first prefetch).
         {
+            __half * sq = stage_k(1);
             constexpr int C4 = D / 4;  // float4 per row
             for (int c = threadIdx.x; c < kBM * C4; c += kThreads) {
                 const int r = c / C4, c4 = c % C4;
@@ -193,15 +173,23 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
                 *reinterpret_cast<uint2 *>(sq + r * ST + 4 * c4) = u;
             }
         }
+        __syncthreads();
+        // A fragments of this warp's 16 rows, all D columns: matrix i = lane/8 of each x4 is
+        // (rows +8 if i&1, columns +8 if i&2), i.e. a[0..3] in mma_16816's order.
+        uint32_t qf[KD][4];
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd)
+            ldmatrix_x4(qf[kd], stage_k(1) + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + kd * 16 +
+                                    (lane >> 4) * 8);
+        // Every warp has its Q fragments before any thread prefetches K/V tile 1 into stage 1
+        // (at the top of j = 0, before that iteration's barrier).
+        __syncthreads();
 
-        float o[kMT][NO][4];
+        float o[NO][4];
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int i = 0; i < NO; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
-        float m[kMT][2], l[kMT][2];  // running max (log2 domain) and this lane's share of the sum, per row
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+        for (int i = 0; i < NO; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        float m_a = -INFINITY, m_b = -INFINITY;  // running max (log2 domain) of rows a, b
+        float l_a = 0.0f, l_b = 0.0f;            // this lane's share of the running sums
 
         for (int j = 0; j < n_kt; ++j) {
             const int k0 = j * kBN;
@@ -210,150 +198,130 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
             cp_async_wait<1>();
             __syncthreads();  // tile j is visible to every warp
 
-            const unsigned stage_off = (j & 1) * kStageBytes;
-            // The staged tile in softmax steps of kHN keys; rows before a step's first key see
-            // nothing of it, so a warp whose rows all precede it stops (uniform per warp).
-#pragma unroll 1
-            for (int hs = 0; hs < kBN / kHN; ++hs) {
-                const int kh = k0 + hs * kHN;
-                if (!w_active || kh > w_last) break;
-                const unsigned sk = k_lane + stage_off + hs * kHN * kRowBytes;
-                const unsigned sv = v_lane + stage_off + hs * kHN * kRowBytes;
+            // Rows before k0 see nothing of this tile: such a warp would add p = 0 everywhere.
+            if (w_active && k0 <= w_first + 15) {
+                const __half * sk = stage_k(j & 1);
+                const __half * sv = stage_v(j & 1);
 
-                // S = Q K^T. The Q fragments of step kd are read from shared memory for each
-                // softmax step (registers hold o and s; Q in registers too spilled at D = 128). Per
-                // K x4: matrix i covers keys 16np + 8*(i>>1) + 0..7, features 16kd + 8*(i&1) + 0..7,
-                // i.e. b[0], b[1] of key tile 2np, then of 2np+1; each serves both m-tiles.
-                float s[kMT][NS][4];
+                // S = Q K^T. Per x4: matrix i covers keys 16np + 8*(i>>1) + 0..7, features
+                // 16kd + 8*(i&1) + 0..7, i.e. b[0], b[1] of key tile 2np, then of 2np+1.
+                float s[NS][4];
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.0f;
+                for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
                 for (int kd = 0; kd < KD; ++kd) {
-                    uint32_t qf[kMT][4];
-#pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(qf[mt], q_lane + (16 * mt * ST + kd * 16) * 2);
 #pragma unroll
                     for (int np = 0; np < NS / 2; ++np) {
                         uint32_t kb[4];
-                        ldmatrix_x4(kb, sk + (16 * np * ST + kd * 16) * 2);
-#pragma unroll
-                        for (int mt = 0; mt < kMT; ++mt) {
-                            mma_16816(s[mt][2 * np], qf[mt], kb[0], kb[1]);
-                            mma_16816(s[mt][2 * np + 1], qf[mt], kb[2], kb[3]);
-                        }
+                        ldmatrix_x4(kb, sk + (16 * np + (lane & 7) + (lane >> 4) * 8) * ST + kd * 16 +
+                                            ((lane >> 3) & 1) * 8);
+                        mma_16816(s[2 * np], qf[kd], kb[0], kb[1]);
+                        mma_16816(s[2 * np + 1], qf[kd], kb[2], kb[3]);
                     }
                 }
 
-                // Causal mask, only where some key of the step is later than the warp's first
-                // row. Element s[mt][i][e] is key kh + 8i + 2t + (e&1) of row row[mt][e >> 1].
+                // Causal mask, only where some key of the tile is later than the warp's first
+                // row. Element s[i][e] is key k0 + 8i + 2t + (e&1), row a for e < 2, b for e >= 2.
                 // Keys >= n only occur past every valid row, so this also hides them.
-                if (kh + kHN - 1 > w_first) {
+                if (k0 + kBN - 1 > w_first) {
 #pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt)
+                    for (int i = 0; i < NS; ++i)
 #pragma unroll
-                        for (int i = 0; i < NS; ++i)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                const int key = kh + 8 * i + 2 * qt + (e & 1);
-                                if (key > row[mt][e >> 1]) s[mt][i][e] = -INFINITY;
-                            }
+                        for (int e = 0; e < 4; ++e) {
+                            const int key = k0 + 8 * i + 2 * qt + (e & 1);
+                            if (key > (e < 2 ? row_a : row_b)) s[i][e] = -INFINITY;
+                        }
                 }
 
-                // Online softmax per row. A row's scores sit in the 4 lanes of one quad (same g).
+                // Online softmax. A row's 64 scores sit in the 4 lanes of one quad (same g).
+                float mx_a = m_a, mx_b = m_b;
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    float mx0 = m[mt][0], mx1 = m[mt][1];
+                for (int i = 0; i < NS; ++i) {
+                    mx_a = fmaxf(mx_a, fmaxf(s[i][0], s[i][1]));
+                    mx_b = fmaxf(mx_b, fmaxf(s[i][2], s[i][3]));
+                }
 #pragma unroll
-                    for (int i = 0; i < NS; ++i) {
-                        mx0 = fmaxf(mx0, fmaxf(s[mt][i][0], s[mt][i][1]));
-                        mx1 = fmaxf(mx1, fmaxf(s[mt][i][2], s[mt][i][3]));
-                    }
+                for (int x = 1; x <= 2; x <<= 1) {
+                    mx_a = fmaxf(mx_a, __shfl_xor_sync(full_mask, mx_a, x));
+                    mx_b = fmaxf(mx_b, __shfl_xor_sync(full_mask, mx_b, x));
+                }
+                // A row with no visible key yet keeps max -inf; subtracting 0 then gives p = 0
+                // and alpha = 0 instead of NaN. (Valid rows always see key 0 in tile 0.)
+                const float mu_a = mx_a == -INFINITY ? 0.0f : mx_a;
+                const float mu_b = mx_b == -INFINITY ? 0.0f : mx_b;
+                const float alpha_a = exp2f(m_a - mu_a), alpha_b = exp2f(m_b - mu_b);
+                m_a = mx_a;
+                m_b = mx_b;
+                float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
-                    for (int x = 1; x <= 2; x <<= 1) {
-                        mx0 = fmaxf(mx0, __shfl_xor_sync(full_mask, mx0, x));
-                        mx1 = fmaxf(mx1, __shfl_xor_sync(full_mask, mx1, x));
-                    }
-                    // A row with no visible key yet keeps max -inf; subtracting 0 then gives p = 0
-                    // and alpha = 0 instead of NaN. (Valid rows always see key 0 in tile 0.)
-                    const float mu0 = mx0 == -INFINITY ? 0.0f : mx0;
-                    const float mu1 = mx1 == -INFINITY ? 0.0f : mx1;
-                    const float alpha0 = exp2f(m[mt][0] - mu0), alpha1 = exp2f(m[mt][1] - mu1);
-                    m[mt][0] = mx0;
-                    m[mt][1] = mx1;
-                    float sum0 = 0.0f, sum1 = 0.0f;
+                for (int i = 0; i < NS; ++i) {
+                    s[i][0] = exp2f(s[i][0] - mu_a);
+                    s[i][1] = exp2f(s[i][1] - mu_a);
+                    s[i][2] = exp2f(s[i][2] - mu_b);
+                    s[i][3] = exp2f(s[i][3] - mu_b);
+                    sum_a += s[i][0] + s[i][1];
+                    sum_b += s[i][2] + s[i][3];
+                }
+                l_a = l_a * alpha_a + sum_a;  // quad-reduced once, after the loop
+                l_b = l_b * alpha_b + sum_b;
 #pragma unroll
-                    for (int i = 0; i < NS; ++i) {
-                        s[mt][i][0] = exp2f(s[mt][i][0] - mu0);
-                        s[mt][i][1] = exp2f(s[mt][i][1] - mu0);
-                        s[mt][i][2] = exp2f(s[mt][i][2] - mu1);
-                        s[mt][i][3] = exp2f(s[mt][i][3] - mu1);
-                        sum0 += s[mt][i][0] + s[mt][i][1];
-                        sum1 += s[mt][i][2] + s[mt][i][3];
-                    }
-                    l[mt][0] = l[mt][0] * alpha0 + sum0;  // quad-reduced once, after the loop
-                    l[mt][1] = l[mt][1] * alpha1 + sum1;
-#pragma unroll
-                    for (int i = 0; i < NO; ++i) {
-                        o[mt][i][0] *= alpha0;
-                        o[mt][i][1] *= alpha0;
-                        o[mt][i][2] *= alpha1;
-                        o[mt][i][3] *= alpha1;
-                    }
+                for (int i = 0; i < NO; ++i) {
+                    o[i][0] *= alpha_a;
+                    o[i][1] *= alpha_a;
+                    o[i][2] *= alpha_b;
+                    o[i][3] *= alpha_b;
                 }
 
-                // O += P V over the step in k16 steps. The C fragments of key tiles 2kk and
+                // O += P V over the tile in k16 steps. The C fragments of key tiles 2kk and
                 // 2kk+1 are exactly the A fragment of keys [16kk, 16kk+16) (compare the layouts
                 // in mma_16816), so P never leaves registers. V per x4.trans: matrix i covers
                 // keys 16kk + 8*(i&1) + 0..7, features 16dp + 8*(i>>1) + 0..7, i.e. b[0], b[1]
-                // of feature tile 2dp, then of 2dp+1; each serves both m-tiles.
+                // of feature tile 2dp, then of 2dp+1.
 #pragma unroll
-                for (int kk = 0; kk < kHN / 16; ++kk) {
-                    uint32_t pa[kMT][4];
-#pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt) {
-                        pa[mt][0] = pack_half2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                        pa[mt][1] = pack_half2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                        pa[mt][2] = pack_half2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                        pa[mt][3] = pack_half2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                    }
+                for (int kk = 0; kk < kBN / 16; ++kk) {
+                    const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                                            pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                            pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                            pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
                     for (int dp = 0; dp < NO / 2; ++dp) {
                         uint32_t vb[4];
-                        ldmatrix_x4_trans(vb, sv + (16 * kk * ST + 16 * dp) * 2);
-#pragma unroll
-                        for (int mt = 0; mt < kMT; ++mt) {
-                            mma_16816(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
-                            mma_16816(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
-                        }
+                        ldmatrix_x4_trans(vb, sv + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ST +
+                                                  16 * dp + (lane >> 4) * 8);
+                        mma_16816(o[2 * dp], pa, vb[0], vb[1]);
+                        mma_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
                     }
                 }
             }
             __syncthreads();  // stage j&1 is refilled by the prefetch at the top of j+1
         }
 
-        // Per row: add the quad's shares of the sum (every valid row saw its own key, so l >= 1),
-        // then write. Lane (g, t) holds features 8i + 2t, 8i + 2t + 1 of its rows: 8-byte stores, a
-        // quad writes 32 contiguous bytes of a row.
+        // Row sums: add the quad's shares. Every valid row saw its own key, so l >= 1.
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+        for (int x = 1; x <= 2; x <<= 1) {
+            l_a += __shfl_xor_sync(full_mask, l_a, x);
+            l_b += __shfl_xor_sync(full_mask, l_b, x);
+        }
+        // Lane (g, t) holds features 8i + 2t, 8i + 2t + 1 of rows a and b: 8-byte stores, a quad
+        // writes 32 contiguous bytes of a row.
+        if (a.lse && qt == 0) {  // m is the quad's common max; l now the full row sum
+            if (row_a < n) a.lse[int64_t(s0 + row_a) * a.n_q_heads + h] = m_a / kLog2e + logf(l_a);
+            if (row_b < n) a.lse[int64_t(s0 + row_b) * a.n_q_heads + h] = m_b / kLog2e + logf(l_b);
+        }
+        if (row_a < n) {
+            const float inv = 1.0f / l_a;
+            float * dst = a.out + (int64_t(s0 + row_a) * a.n_q_heads + h) * D + 2 * qt;
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float lr = l[mt][r];
-                lr += __shfl_xor_sync(full_mask, lr, 1);
-                lr += __shfl_xor_sync(full_mask, lr, 2);
-                const int rw = row[mt][r];
-                if (rw >= n) continue;
-                if (a.lse && qt == 0)  // m is the quad's common max; lr the full row sum
-                    a.lse[int64_t(s0 + rw) * a.n_q_heads + h] = m[mt][r] / kLog2e + logf(lr);
-                const float inv = 1.0f / lr;
-                float * dst = a.out + (int64_t(s0 + rw) * a.n_q_heads + h) * D + 2 * qt;
+            for (int i = 0; i < NO; ++i)
+                *reinterpret_cast<float2 *>(dst + 8 * i) = make_float2(o[i][0] * inv, o[i][1] * inv);
+        }
+        if (row_b < n) {
+            const float inv = 1.0f / l_b;
+            float * dst = a.out + (int64_t(s0 + row_b) * a.n_q_heads + h) * D + 2 * qt;
 #pragma unroll
-                for (int i = 0; i < NO; ++i)
-                    *reinterpret_cast<float2 *>(dst + 8 * i) =
-                        make_float2(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
-            }
+            for (int i = 0; i < NO; ++i)
+                *reinterpret_cast<float2 *>(dst + 8 * i) = make_float2(o[i][2] * inv, o[i][3] * inv);
+        }
     }
 }
 
