@@ -207,6 +207,25 @@ if ops:
         for r in pre:
             out.append(f"| {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | {fmt(r['time_ms'], 4)} | "
                        f"{float(r['gflops']) / 1e3:.1f} |")
+    ab = [r for r in rows("bench_ops_prefill_rowblocks_ab_h200.csv") if r["op"] == "prefill_fp16" and r["time_ms"]]
+    if ab:
+        commits = commits_in_order(ab)
+        cell = {}
+        for r in ab:
+            cell.setdefault((int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
+                (float(r["time_ms"]), float(r["gflops"]) / 1e3))
+        out += ["", "### Experiment, reverted: the prefill with two row blocks per warp (H200)", "",
+                f"`bench_ops --prefill` on {ab[0]['device']} ({ab[0]['backend']}), {ab[0]['date'][:10]}, the two binaries "
+                "run one after the other twice (means; `docs/data/bench_ops_prefill_rowblocks_ab_h200.csv`, visit 44): "
+                f"`{commits[0]}` (8 warps of 16 query rows, the kernel kept) and `{commits[-1]}` (4 warps of 32 rows, "
+                "two blocks per SM, each K / V fragment feeding two mma; reverted in the next commit). The prediction, "
+                "fewer shared-memory reads per mma, did not hold.", "",
+                "| batch | prompt | " + " | ".join(f"`{c}` ms (TFLOP/s)" for c in commits) + " | old / new time |",
+                "|---|---|" + "---|" * len(commits) + "---|"]
+        for (b, ctx), by in sorted(cell.items()):
+            means = [(sum(t for t, _ in by[c]) / len(by[c]), sum(f for _, f in by[c]) / len(by[c])) for c in commits]
+            out.append(f"| {b} | {ctx} | " + " | ".join(f"{t:.4g} ({f:.0f})" for t, f in means) +
+                       f" | {means[0][0] / means[-1][0]:.2f}× |")
     out += ["", "Other kernels of the same run (the `perf` case list of test_backend_ops) are in `docs/data/bench_ops.csv`.", "",
             img(plots.attention_vs_context(ops, a.plots), "decode attention time versus context"), ""]
 
