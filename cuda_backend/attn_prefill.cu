@@ -21,18 +21,25 @@
 //   group run side by side and share K/V through L2.
 //   Block: 8 warps, warp w owns query rows [16w, 16w+16) of the tile and all D output features.
 //   Per key tile of kBN = 64 keys: S = Q K^T (16 x 64 per warp, fp32 in registers), causal mask
-//   on the diagonal tiles only, online softmax per row (a row lives in one quad of lanes, so its
-//   max/sum need two shuffles), P converted in registers to the A operand of O += P V.
-//   Shared memory (dynamic, 2 stages x (K, V) x 64 rows x (D + 8) halves = 68 KiB for D = 128,
-//   36 KiB for D = 64): K/V tiles are copied with cp.async, double buffered: tile j+1 is in
-//   flight while tile j is used. The fp16 Q tile is staged in stage 1 before the loop, moved to
-//   registers, and stage 1 is then free for K/V. Rows are padded by 8 halves (16 bytes): the
-//   8 row addresses of one ldmatrix phase then fall in 8 different 16-byte bank groups.
+//   on the diagonal tiles only, online softmax per row (a row lives in one quad of lanes; its max
+//   is lazy, as in decode_mma.cuh: the quad shuffles and the rescale of o run only when a score
+//   exceeds the row's max by more than kLazyMax), P converted in registers to the A operand of
+//   O += P V.
+//   Shared memory (dynamic, 2 stages x (K, V) x 64 rows x (D + 8) halves, then the fp16 Q tile of
+//   128 rows: 102 KiB for D = 128, 53 KiB for D = 64): K/V tiles are copied with cp.async, double
+//   buffered: tile j+1 is in flight while tile j is used. Q fragments are read from shared memory
+//   for each k16 step of each key tile. Rows are padded by 8 halves (16 bytes): the 8 row
+//   addresses of one ldmatrix phase then fall in 8 different 16-byte bank groups.
 //   Causal skipping: a tile of rows [r0, r0+128) only loads keys [0, min(n, r0+128)); a warp
 //   whose 16 rows all precede a key tile skips its math (it still joins the barriers).
-//   Occupancy: registers bound it, not shared memory. ptxas (CUDA 13, sm_90): 230 registers for
-//   D = 128 (o, s and the Q fragments alone take 128), 134 for D = 64, no spills: one block of
-//   8 warps per SM. Capping D = 64 at 128 registers for two blocks spilled, so it is not done.
+//   Occupancy: two blocks (16 warps) per SM, __launch_bounds__(256, 2), so 128 registers (ptxas,
+//   CUDA 13, sm_90: 144 bytes of spills at D = 128, none at 64). Until 2026-11-27 the Q fragments
+//   stayed in registers (230-239 of them, one block of 8 warps per SM): Nsight Compute on an H200
+//   (docs/data/gpu_visits_2026-11-27.log, visit 46, 1 x 32K) had 2 warps per scheduler, the issue
+//   slots 37 % busy and the tensor pipe 42 %, the warps stalled on fixed-latency and shared-memory
+//   dependencies. Twice the warps with the Q reads and the spills, then the lazy max: 274 -> 285 ->
+//   292 TFLOP/s at 1 x 32K (bench_ops, docs/kernel_notes.md). A version with 4 warps of 32 rows
+//   (fewer shared-memory reads per mma, 0f954d4) was 18 % slower and reverted.
 // attn_prefill_simt_kernel<D> (fallback, the original correctness kernel): CUDA cores, fp32
 //   throughout; runs when a pointer is not 16-byte aligned (cp.async / vector loads need it) or
 //   batch exceeds the grid's z limit. Grid x = query tiles of 32 rows over all requests (found
@@ -41,6 +48,7 @@
 #include <climits>
 
 #include "common.cuh"
+#include "decode_mma.cuh"  // ldmatrix, kLazyMax
 #include "head_dims.cuh"
 
 namespace kvcomp::cuda {
@@ -75,31 +83,18 @@ constexpr int kBM = 16 * kWarps;  // query rows per block: one m16 MMA row block
 constexpr int kBN = 64;           // keys per tile
 static_assert(kBN % 16 == 0, "P*V walks the key tile in k16 steps, S in pairs of n8 tiles");
 static_assert(kBM % kBN == 0, "tile starts r0 are then multiples of kBN: the diagonal test is exact");
-static_assert(kBM <= 2 * kBN, "the Q staging area (kBM rows) must fit in one K+V stage (2*kBN rows)");
 
 // Halves per shared row: +16 bytes so the 8 row addresses of an ldmatrix phase spread over banks.
 template <int D>
 constexpr int kStride = D + 8;
 template <int D>
 constexpr size_t mma_smem_bytes() {
-    return size_t(2) * 2 * kBN * kStride<D> * sizeof(__half);  // 2 stages x (K, V)
+    return (size_t(2) * 2 * kBN + kBM) * kStride<D> * sizeof(__half);  // 2 stages x (K, V), then the Q tile
 }
 
-// ldmatrix: lanes 8i..8i+7 give the row addresses (16 bytes each) of 8x8 matrix i; register i of
-// lane t then holds row t/4, columns 2*(t%4) and 2*(t%4)+1 of matrix i (lower column in the low
-// half). With .trans, the same lane holds column t/4, rows 2*(t%4) and 2*(t%4)+1.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __half * p) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __half * p) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
+// ldmatrix_x4 / ldmatrix_x4_trans (decode_mma.cuh) take 32-bit shared addresses: a lane's base
+// plus a compile-time offset folds into the instruction (generic pointers cost two registers
+// each and a conversion per load).
 
 // Starts the copies of keys [k0, k0 + kBN) of request rows [s0, s0 + n) into one stage.
 // kBN * D/8 16-byte chunks per matrix, spread over the block; keys >= n are zero-filled (their
@@ -124,7 +119,7 @@ __device__ __forceinline__ void load_kv_tile(const prefill_args & a, __half * sk
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefill_args a) {
+__global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const prefill_args a) {
     constexpr int ST = kStride<D>;
     constexpr int KD = D / 16;   // k16 steps of S = Q K^T
     constexpr int NS = kBN / 8;  // n8 tiles of S (keys)
@@ -135,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
     // Stage s holds K rows at smem + s*2*kBN*ST and V rows kBN*ST further.
     auto stage_k = [&](int s) { return smem + s * 2 * kBN * ST; };
     auto stage_v = [&](int s) { return smem + s * 2 * kBN * ST + kBN * ST; };
+    __half * const sq = smem + 2 * 2 * kBN * ST;  // the query tile, kBM rows
 
     const int h = blockIdx.x, kv_head = h / a.group;
     int s0, s1;
@@ -156,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
         load_kv_tile<D>(a, stage_k(0), stage_v(0), s0, n, kv_head, 0);
         cp_async_commit();
 
-        // Q tile -> fp16, pre-scaled, into stage 1 (free until the loop's first prefetch).
+        // Q tile -> fp16, pre-scaled, into its area (read after the loop's first barrier; the
+        // barrier above keeps the previous tile's readers out of it).
         {
-            __half * sq = stage_k(1);
             constexpr int C4 = D / 4;  // float4 per row
             for (int c = threadIdx.x; c < kBM * C4; c += kThreads) {
                 const int r = c / C4, c4 = c % C4;
@@ -173,17 +169,14 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
                 *reinterpret_cast<uint2 *>(sq + r * ST + 4 * c4) = u;
             }
         }
-        __syncthreads();
-        // A fragments of this warp's 16 rows, all D columns: matrix i = lane/8 of each x4 is
-        // (rows +8 if i&1, columns +8 if i&2), i.e. a[0..3] in mma_16816's order.
-        uint32_t qf[KD][4];
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd)
-            ldmatrix_x4(qf[kd], stage_k(1) + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + kd * 16 +
-                                    (lane >> 4) * 8);
-        // Every warp has its Q fragments before any thread prefetches K/V tile 1 into stage 1
-        // (at the top of j = 0, before that iteration's barrier).
-        __syncthreads();
+        // This lane's ldmatrix addresses: the warp's Q rows (matrix i = lane/8 of an x4 is rows +8
+        // if i&1, columns +8 if i&2, i.e. a[0..3] in mma_16816's order), and K and V of stage 0 at
+        // key 0, feature 0 (the loops add compile-time offsets; see there for the matrices).
+        const unsigned q_lane =
+            smem_addr(sq) + ((16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8) * 2;
+        const unsigned k_lane = smem_addr(smem) + (((lane & 7) + (lane >> 4) * 8) * ST + ((lane >> 3) & 1) * 8) * 2;
+        const unsigned v_lane =
+            smem_addr(smem) + (kBN * ST + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8) * 2;
 
         float o[NO][4];
 #pragma unroll
@@ -200,8 +193,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
 
             // Rows before k0 see nothing of this tile: such a warp would add p = 0 everywhere.
             if (w_active && k0 <= w_first + 15) {
-                const __half * sk = stage_k(j & 1);
-                const __half * sv = stage_v(j & 1);
+                const unsigned sk = k_lane + (j & 1) * (2 * kBN * ST * 2);
+                const unsigned sv = v_lane + (j & 1) * (2 * kBN * ST * 2);
 
                 // S = Q K^T. Per x4: matrix i covers keys 16np + 8*(i>>1) + 0..7, features
                 // 16kd + 8*(i&1) + 0..7, i.e. b[0], b[1] of key tile 2np, then of 2np+1.
@@ -210,13 +203,16 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
                 for (int i = 0; i < NS; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
 #pragma unroll
                 for (int kd = 0; kd < KD; ++kd) {
+                    // Read for each key tile: held for the whole query tile, the Q fragments took
+                    // D / 2 registers and kept the kernel at one block per SM.
+                    uint32_t qf[4];
+                    ldmatrix_x4(qf, q_lane + kd * 16 * 2);
 #pragma unroll
                     for (int np = 0; np < NS / 2; ++np) {
                         uint32_t kb[4];
-                        ldmatrix_x4(kb, sk + (16 * np + (lane & 7) + (lane >> 4) * 8) * ST + kd * 16 +
-                                            ((lane >> 3) & 1) * 8);
-                        mma_16816(s[2 * np], qf[kd], kb[0], kb[1]);
-                        mma_16816(s[2 * np + 1], qf[kd], kb[2], kb[3]);
+                        ldmatrix_x4(kb, sk + (16 * np * ST + kd * 16) * 2);
+                        mma_16816(s[2 * np], qf, kb[0], kb[1]);
+                        mma_16816(s[2 * np + 1], qf, kb[2], kb[3]);
                     }
                 }
 
@@ -233,44 +229,56 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
                         }
                 }
 
-                // Online softmax. A row's 64 scores sit in the 4 lanes of one quad (same g).
-                float mx_a = m_a, mx_b = m_b;
+                // Online softmax. A row's 64 scores sit in the 4 lanes of one quad (same g). The max
+                // is lazy (as decode_mma.cuh's softmax_pair): it moves only when some score of the
+                // warp exceeds its row's max by more than kLazyMax, so most tiles skip the quad
+                // shuffles and the rescale of o; weights then reach 2^kLazyMax, which p's fp16 keeps
+                // at the same relative precision.
+                float tm_a = -INFINITY, tm_b = -INFINITY;  // this lane's share of the tile's row maxima
 #pragma unroll
                 for (int i = 0; i < NS; ++i) {
-                    mx_a = fmaxf(mx_a, fmaxf(s[i][0], s[i][1]));
-                    mx_b = fmaxf(mx_b, fmaxf(s[i][2], s[i][3]));
+                    tm_a = fmaxf(tm_a, fmaxf(s[i][0], s[i][1]));
+                    tm_b = fmaxf(tm_b, fmaxf(s[i][2], s[i][3]));
                 }
+                // (m = -inf: -inf + kLazyMax is -inf, so any finite score moves it.)
+                if (__any_sync(full_mask, tm_a > m_a + kLazyMax || tm_b > m_b + kLazyMax)) {
 #pragma unroll
-                for (int x = 1; x <= 2; x <<= 1) {
-                    mx_a = fmaxf(mx_a, __shfl_xor_sync(full_mask, mx_a, x));
-                    mx_b = fmaxf(mx_b, __shfl_xor_sync(full_mask, mx_b, x));
+                    for (int x = 1; x <= 2; x <<= 1) {
+                        tm_a = fmaxf(tm_a, __shfl_xor_sync(full_mask, tm_a, x));
+                        tm_b = fmaxf(tm_b, __shfl_xor_sync(full_mask, tm_b, x));
+                    }
+                    const float mx_a = fmaxf(m_a, tm_a), mx_b = fmaxf(m_b, tm_b);
+                    // A row with no visible key yet keeps max -inf; alpha is then exp2(-inf) = 0,
+                    // not NaN. (Valid rows always see key 0 in tile 0.)
+                    const float alpha_a = exp2_ftz(m_a - (mx_a == -INFINITY ? 0.0f : mx_a));
+                    const float alpha_b = exp2_ftz(m_b - (mx_b == -INFINITY ? 0.0f : mx_b));
+                    m_a = mx_a;
+                    m_b = mx_b;
+                    l_a *= alpha_a;
+                    l_b *= alpha_b;
+#pragma unroll
+                    for (int i = 0; i < NO; ++i) {
+                        o[i][0] *= alpha_a;
+                        o[i][1] *= alpha_a;
+                        o[i][2] *= alpha_b;
+                        o[i][3] *= alpha_b;
+                    }
                 }
-                // A row with no visible key yet keeps max -inf; subtracting 0 then gives p = 0
-                // and alpha = 0 instead of NaN. (Valid rows always see key 0 in tile 0.)
-                const float mu_a = mx_a == -INFINITY ? 0.0f : mx_a;
-                const float mu_b = mx_b == -INFINITY ? 0.0f : mx_b;
-                const float alpha_a = exp2f(m_a - mu_a), alpha_b = exp2f(m_b - mu_b);
-                m_a = mx_a;
-                m_b = mx_b;
+                // Subtracting 0 for a row with max -inf gives p = 0.
+                const float mu_a = m_a == -INFINITY ? 0.0f : m_a;
+                const float mu_b = m_b == -INFINITY ? 0.0f : m_b;
                 float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
                 for (int i = 0; i < NS; ++i) {
-                    s[i][0] = exp2f(s[i][0] - mu_a);
-                    s[i][1] = exp2f(s[i][1] - mu_a);
-                    s[i][2] = exp2f(s[i][2] - mu_b);
-                    s[i][3] = exp2f(s[i][3] - mu_b);
+                    s[i][0] = exp2_ftz(s[i][0] - mu_a);
+                    s[i][1] = exp2_ftz(s[i][1] - mu_a);
+                    s[i][2] = exp2_ftz(s[i][2] - mu_b);
+                    s[i][3] = exp2_ftz(s[i][3] - mu_b);
                     sum_a += s[i][0] + s[i][1];
                     sum_b += s[i][2] + s[i][3];
                 }
-                l_a = l_a * alpha_a + sum_a;  // quad-reduced once, after the loop
-                l_b = l_b * alpha_b + sum_b;
-#pragma unroll
-                for (int i = 0; i < NO; ++i) {
-                    o[i][0] *= alpha_a;
-                    o[i][1] *= alpha_a;
-                    o[i][2] *= alpha_b;
-                    o[i][3] *= alpha_b;
-                }
+                l_a += sum_a;  // quad-reduced once, after the loop
+                l_b += sum_b;
 
                 // O += P V over the tile in k16 steps. The C fragments of key tiles 2kk and
                 // 2kk+1 are exactly the A fragment of keys [16kk, 16kk+16) (compare the layouts
@@ -286,8 +294,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_mma_kernel(const prefil
 #pragma unroll
                     for (int dp = 0; dp < NO / 2; ++dp) {
                         uint32_t vb[4];
-                        ldmatrix_x4_trans(vb, sv + (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * ST +
-                                                  16 * dp + (lane >> 4) * 8);
+                        ldmatrix_x4_trans(vb, sv + (16 * kk * ST + 16 * dp) * 2);
                         mma_16816(o[2 * dp], pa, vb[0], vb[1]);
                         mma_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
                     }
@@ -417,8 +424,8 @@ __global__ void __launch_bounds__(kSimtThreads) attn_prefill_simt_kernel(const p
             const float sc = (row < n && key <= row) ? s[r] : -INFINITY;
             const float m_new = fmaxf(m[r], warp_max(sc));
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far
-            const float alpha = exp2f(m[r] - m_use);
-            pr[r] = exp2f(sc - m_use);
+            const float alpha = exp2_ftz(m[r] - m_use);
+            pr[r] = exp2_ftz(sc - m_use);
             l[r] = l[r] * alpha + warp_sum(pr[r]);
             m[r] = m_new;
 #pragma unroll
