@@ -44,9 +44,10 @@ os.makedirs(a.plots, exist_ok=True)
 all_results = load_results(d)
 # The low-rank methods have their own section (accuracy by compression p, their own GPU visit), and
 # so have ZipCache's recompression modes.
+TTFT_PREFILL_SOURCE = "bench_ttft_prefill_h200.csv"  # TTFT before / after the prefill change (own table)
 results = [r for r in all_results
            if r["source"] not in LOWRANK_SOURCES
-           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE) + WORKERS_E2E_SOURCES]
+           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE, TTFT_PREFILL_SOURCE) + WORKERS_E2E_SOURCES]
 
 
 def rows(name):
@@ -60,6 +61,30 @@ def img(path, alt):
 
 def fmt(x, n=3):
     return f"{float(x):.{n}g}" if x not in ("", None) else "–"
+
+
+def prefill_ab_table(name, title, caption):
+    """bench_ops prefill rows of several binaries run one after the other twice: mean ms (TFLOP/s) per
+    commit and shape, and the first commit's time over the last's. caption names the commits {c0}, {c1}, ..."""
+    ab = [r for r in rows(name) if r["op"] == "prefill_fp16" and r["time_ms"]]
+    if not ab:
+        return []
+    commits = commits_in_order(ab)
+    cell = {}
+    for r in ab:
+        cell.setdefault((int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
+            (float(r["time_ms"]), float(r["gflops"]) / 1e3))
+    out = ["", f"### {title}", "",
+           f"`bench_ops --prefill` on {ab[0]['device']} ({ab[0]['backend']}), {ab[0]['date'][:10]}, the binaries run one "
+           f"after the other twice (means; `docs/data/{name}`), " +
+           caption.format(**{f"c{i}": c for i, c in enumerate(commits)}), "",
+           "| batch | prompt | " + " | ".join(f"`{c}` ms (TFLOP/s)" for c in commits) + " | first / last time |",
+           "|---|---|" + "---|" * len(commits) + "---|"]
+    for (b, ctx), by in sorted(cell.items()):
+        means = [(sum(t for t, _ in by[c]) / len(by[c]), sum(f for _, f in by[c]) / len(by[c])) for c in commits]
+        out.append(f"| {b} | {ctx} | " + " | ".join(f"{t:.4g} ({f:.0f})" for t, f in means) +
+                   f" | {means[0][0] / means[-1][0]:.2f}× |")
+    return out
 
 
 out = ["# kvcomp results", "",
@@ -207,25 +232,28 @@ if ops:
         for r in pre:
             out.append(f"| {r['device']} | {r['backend']} | {r['batch']} | {r['context']} | {fmt(r['time_ms'], 4)} | "
                        f"{float(r['gflops']) / 1e3:.1f} |")
-    ab = [r for r in rows("bench_ops_prefill_rowblocks_ab_h200.csv") if r["op"] == "prefill_fp16" and r["time_ms"]]
-    if ab:
-        commits = commits_in_order(ab)
-        cell = {}
-        for r in ab:
-            cell.setdefault((int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
-                (float(r["time_ms"]), float(r["gflops"]) / 1e3))
-        out += ["", "### Experiment, reverted: the prefill with two row blocks per warp (H200)", "",
-                f"`bench_ops --prefill` on {ab[0]['device']} ({ab[0]['backend']}), {ab[0]['date'][:10]}, the two binaries "
-                "run one after the other twice (means; `docs/data/bench_ops_prefill_rowblocks_ab_h200.csv`, visit 44): "
-                f"`{commits[0]}` (8 warps of 16 query rows, the kernel kept) and `{commits[-1]}` (4 warps of 32 rows, "
-                "two blocks per SM, each K / V fragment feeding two mma; reverted in the next commit). The prediction, "
-                "fewer shared-memory reads per mma, did not hold.", "",
-                "| batch | prompt | " + " | ".join(f"`{c}` ms (TFLOP/s)" for c in commits) + " | old / new time |",
-                "|---|---|" + "---|" * len(commits) + "---|"]
-        for (b, ctx), by in sorted(cell.items()):
-            means = [(sum(t for t, _ in by[c]) / len(by[c]), sum(f for _, f in by[c]) / len(by[c])) for c in commits]
-            out.append(f"| {b} | {ctx} | " + " | ".join(f"{t:.4g} ({f:.0f})" for t, f in means) +
-                       f" | {means[0][0] / means[-1][0]:.2f}× |")
+    out += prefill_ab_table(
+        "bench_ops_prefill_2blk_ab_h200.csv",
+        "The prefill at two blocks of 8 warps per SM (H200)",
+        "visit 48: `{c0}` (the kernel above: Q fragments in registers, 239 registers, one block of 8 warps per SM), "
+        "`{c1}` (the Q fragments read from shared memory for each key tile: 128 registers, two blocks per SM) and "
+        "`{c2}` (that plus the lazy running max; committed as `aa108c7`). Nsight Compute had the first at 2 warps "
+        "per scheduler, its issue slots 37 % busy (docs/kernel_notes.md).")
+    ttft = [r for r in all_results if r["source"] == TTFT_PREFILL_SOURCE and r["metric"] == "ttft_ms"]
+    if ttft:
+        out += ["", "TTFT of `kvcomp bench --method none --random-weights` at Llama-3-8B shapes on "
+                f"{ttft[0]['device']} ({ttft[0]['backend']}) before and after, from two visits on H200s of the same "
+                "kind (43 and 49; `docs/data/bench_ttft_prefill_h200.csv`, `--gen 2`; attn_prefill's share of the "
+                "ops in `docs/data/ttft_profile_h200.txt`):", "",
+                "| commit | batch | prompt | TTFT ms |", "|---|---|---|---|"]
+        for r in sorted(ttft, key=lambda r: (int(r["batch"]), int(r["context"]), r["date"])):
+            out.append(f"| `{r['commit']}` | {r['batch']} | {r['context']} | {float(r['value']):.0f} |")
+    out += prefill_ab_table(
+        "bench_ops_prefill_rowblocks_ab_h200.csv",
+        "Experiment, reverted: the prefill with two row blocks per warp (H200)",
+        "visit 44: `{c0}` (8 warps of 16 query rows, one block per SM) and `{c1}` (4 warps of 32 rows, two blocks "
+        "per SM, each K / V fragment feeding two mma; reverted in the next commit). The prediction, fewer "
+        "shared-memory reads per mma, did not hold.")
     out += ["", "Other kernels of the same run (the `perf` case list of test_backend_ops) are in `docs/data/bench_ops.csv`.", "",
             img(plots.attention_vs_context(ops, a.plots), "decode attention time versus context"), ""]
 
