@@ -20,8 +20,8 @@
 //   tiles past a request's length exit at once. x = head is fastest so the heads of one GQA
 //   group run side by side and share K/V through L2.
 //   Block: 8 warps, warp w owns query rows [16w, 16w+16) of the tile and all D output features.
-//   Per key tile of kBN = 64 keys: S = Q K^T (16 x 64 per warp, fp32 in registers), causal mask
-//   on the diagonal tiles only, online softmax per row (a row lives in one quad of lanes; its max
+//   Per staged key tile of kBN = 64 keys, in softmax steps of kHN = 32: S = Q K^T (16 x 32 per warp,
+//   fp32 in registers), causal mask on the diagonal steps only, online softmax per row (a row lives in one quad of lanes; its max
 //   is lazy, as in decode_mma.cuh: the quad shuffles and the rescale of o run only when a score
 //   exceeds the row's max by more than kLazyMax), P converted in registers to the A operand of
 //   O += P V.
@@ -31,9 +31,9 @@
 //   for each k16 step of each key tile. Rows are padded by 8 halves (16 bytes): the 8 row
 //   addresses of one ldmatrix phase then fall in 8 different 16-byte bank groups.
 //   Causal skipping: a tile of rows [r0, r0+128) only loads keys [0, min(n, r0+128)); a warp
-//   whose 16 rows all precede a key tile skips its math (it still joins the barriers).
+//   whose 16 rows all precede a softmax step skips its math (it still joins the barriers).
 //   Occupancy: two blocks (16 warps) per SM, __launch_bounds__(256, 2), so 128 registers (ptxas,
-//   CUDA 13, sm_90: 144 bytes of spills at D = 128, none at 64). Until 2026-11-27 the Q fragments
+//   CUDA 13, sm_90: 72 bytes of spills at D = 128, none at 64; 144 with steps of 64 keys). Until 2026-11-27 the Q fragments
 //   stayed in registers (230-239 of them, one block of 8 warps per SM): Nsight Compute on an H200
 //   (docs/data/gpu_visits_2026-11-27.log, visit 46, 1 x 32K) had 2 warps per scheduler, the issue
 //   slots 37 % busy and the tensor pipe 42 %, the warps stalled on fixed-latency and shared-memory
@@ -80,8 +80,9 @@ __device__ __forceinline__ void request_rows(const prefill_args & a, int b, int 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBM = 16 * kWarps;  // query rows per block: one m16 MMA row block per warp
-constexpr int kBN = 64;           // keys per tile
-static_assert(kBN % 16 == 0, "P*V walks the key tile in k16 steps, S in pairs of n8 tiles");
+constexpr int kBN = 64;           // keys per staged tile
+constexpr int kHN = 32;           // keys per softmax step (bounds the score registers at kHN / 2)
+static_assert(kHN % 16 == 0 && kBN % kHN == 0, "P*V walks a step in k16 steps, S in pairs of n8 tiles");
 static_assert(kBM % kBN == 0, "tile starts r0 are then multiples of kBN: the diagonal test is exact");
 
 // Halves per shared row: +16 bytes so the 8 row addresses of an ldmatrix phase spread over banks.
@@ -122,7 +123,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const prefill_args a) {
     constexpr int ST = kStride<D>;
     constexpr int KD = D / 16;   // k16 steps of S = Q K^T
-    constexpr int NS = kBN / 8;  // n8 tiles of S (keys)
+    constexpr int NS = kHN / 8;  // n8 tiles of S (keys) per softmax step
     constexpr int NO = D / 8;    // n8 tiles of O (features)
     static_assert(D % 16 == 0 && NO % 2 == 0, "ldmatrix x4 loads feature tiles in pairs");
     extern __shared__ uint4 smem_raw[];  // uint4: 16-byte alignment for cp.async and ldmatrix
@@ -191,10 +192,14 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
             cp_async_wait<1>();
             __syncthreads();  // tile j is visible to every warp
 
-            // Rows before k0 see nothing of this tile: such a warp would add p = 0 everywhere.
-            if (w_active && k0 <= w_first + 15) {
-                const unsigned sk = k_lane + (j & 1) * (2 * kBN * ST * 2);
-                const unsigned sv = v_lane + (j & 1) * (2 * kBN * ST * 2);
+            // The tile in softmax steps of kHN keys. Rows before a step's first key see nothing of
+            // it: a warp whose 16 rows all precede it stops (it would add p = 0 everywhere).
+#pragma unroll 1
+            for (int hs = 0; hs < kBN / kHN; ++hs) {
+                const int kh = k0 + hs * kHN;  // the step's first key
+                if (!w_active || kh > w_first + 15) break;  // uniform per warp
+                const unsigned sk = k_lane + (j & 1) * (2 * kBN * ST * 2) + hs * kHN * ST * 2;
+                const unsigned sv = v_lane + (j & 1) * (2 * kBN * ST * 2) + hs * kHN * ST * 2;
 
                 // S = Q K^T. Per x4: matrix i covers keys 16np + 8*(i>>1) + 0..7, features
                 // 16kd + 8*(i&1) + 0..7, i.e. b[0], b[1] of key tile 2np, then of 2np+1.
@@ -219,17 +224,17 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
                 // Causal mask, only where some key of the tile is later than the warp's first
                 // row. Element s[i][e] is key k0 + 8i + 2t + (e&1), row a for e < 2, b for e >= 2.
                 // Keys >= n only occur past every valid row, so this also hides them.
-                if (k0 + kBN - 1 > w_first) {
+                if (kh + kHN - 1 > w_first) {
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int key = k0 + 8 * i + 2 * qt + (e & 1);
+                            const int key = kh + 8 * i + 2 * qt + (e & 1);
                             if (key > (e < 2 ? row_a : row_b)) s[i][e] = -INFINITY;
                         }
                 }
 
-                // Online softmax. A row's 64 scores sit in the 4 lanes of one quad (same g). The max
+                // Online softmax. A row's kHN scores sit in the 4 lanes of one quad (same g). The max
                 // is lazy (as decode_mma.cuh's softmax_pair): it moves only when some score of the
                 // warp exceeds its row's max by more than kLazyMax, so most tiles skip the quad
                 // shuffles and the rescale of o; weights then reach 2^kLazyMax, which p's fp16 keeps
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_mma_kernel(const pre
                 // keys 16kk + 8*(i&1) + 0..7, features 16dp + 8*(i>>1) + 0..7, i.e. b[0], b[1]
                 // of feature tile 2dp, then of 2dp+1.
 #pragma unroll
-                for (int kk = 0; kk < kBN / 16; ++kk) {
+                for (int kk = 0; kk < kHN / 16; ++kk) {
                     const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
                                             pack_half2(s[2 * kk][2], s[2 * kk][3]),
                                             pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
