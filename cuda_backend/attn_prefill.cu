@@ -37,9 +37,10 @@
 //   stayed in registers (230-239 of them, one block of 8 warps per SM): Nsight Compute on an H200
 //   (docs/data/gpu_visits_2026-11-27.log, visit 46, 1 x 32K) had 2 warps per scheduler, the issue
 //   slots 37 % busy and the tensor pipe 42 %, the warps stalled on fixed-latency and shared-memory
-//   dependencies. Twice the warps with the Q reads and the spills, then the lazy max: 274 -> 285 ->
-//   292 TFLOP/s at 1 x 32K (bench_ops, docs/kernel_notes.md). A version with 4 warps of 32 rows
-//   (fewer shared-memory reads per mma, 0f954d4) was 18 % slower and reverted.
+//   dependencies. Twice the warps with the Q reads and the spills, then the lazy max, then steps of
+//   32 keys: 274 -> 285 -> 292 -> 295 TFLOP/s at 1 x 32K (bench_ops, docs/kernel_notes.md). A
+//   version with 4 warps of 32 rows (fewer shared-memory reads per mma, 0f954d4) was 18 % slower
+//   and reverted.
 // attn_prefill_simt_kernel<D> (fallback, the original correctness kernel): CUDA cores, fp32
 //   throughout; runs when a pointer is not 16-byte aligned (cp.async / vector loads need it) or
 //   batch exceeds the grid's z limit. Grid x = query tiles of 32 rows over all requests (found

@@ -239,6 +239,12 @@ if ops:
         "`{c1}` (the Q fragments read from shared memory for each key tile: 128 registers, two blocks per SM) and "
         "`{c2}` (that plus the lazy running max; committed as `aa108c7`). Nsight Compute had the first at 2 warps "
         "per scheduler, its issue slots 37 % busy (docs/kernel_notes.md).")
+    out += prefill_ab_table(
+        "bench_ops_prefill_steps32_ab_h200.csv",
+        "The prefill in softmax steps of 32 keys (H200)",
+        "visit 50: `{c0}` (the kernel of the table above, committed) and `{c1}` (softmax steps of 32 keys inside "
+        "the 64-key staged tile: 16 score registers instead of 32, ptxas spills at head_dim 128 halved to 72 "
+        "bytes; committed as `056e9a8`).")
     ttft = [r for r in all_results if r["source"] == TTFT_PREFILL_SOURCE and r["metric"] == "ttft_ms"]
     if ttft:
         out += ["", "TTFT of `kvcomp bench --method none --random-weights` at Llama-3-8B shapes on "
