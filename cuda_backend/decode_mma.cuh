@@ -1,9 +1,10 @@
 // Warp-level pieces of the tensor-core decode kernels (attn_decode_quant_mma.cu,
-// attn_decode_ragged_mma.cu; attn_prefill.cu takes ldmatrix and kLazyMax). Both compute a 16-token tile's scores as S^T = K Q'^T with
-// mma.m16n8k16: M = 16 tokens, N = 8 columns = the (hi, lo) f16 parts of q for 4 query heads
-// (column 2h = hi, 2h + 1 = lo, so scores keep about fp32 accuracy at no extra mma). Lane
-// (g = lane / 4, t = lane % 4) then holds head t's scores of tile tokens g and g + 8, and the
-// online softmax runs per lane; the 8 lanes of a head (lane bits 2..4) share its running max.
+// attn_decode_ragged_mma.cu; attn_prefill.cu takes ldmatrix and kLazyMax). Both decodes compute a
+// 16-token tile's scores as S^T = K Q'^T with mma.m16n8k16: M = 16 tokens, N = 8 columns = the
+// (hi, lo) f16 parts of q for 4 query heads (column 2h = hi, 2h + 1 = lo, so scores keep about fp32
+// accuracy at no extra mma). Lane (g = lane / 4, t = lane % 4) then holds head t's scores of tile
+// tokens g and g + 8, and the online softmax runs per lane; the 8 lanes of a head (lane bits 2..4)
+// share its running max.
 #pragma once
 
 #include "common.cuh"
