@@ -434,8 +434,8 @@ op_desc attn_decode_case::build(const std::vector<tensor> & v) const {
 // ---------------------------------------------------------------------------------------------
 
 attn_prefill_case::attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd,
-                                     size_t pad, bool with_lse)
-    : seqs_(std::move(seqs)), qh_(q_heads), kvh_(kv_heads), hd_(hd), with_lse_(with_lse) {
+                                     size_t pad, bool with_lse, float key_ramp)
+    : seqs_(std::move(seqs)), qh_(q_heads), kvh_(kv_heads), hd_(hd), with_lse_(with_lse), key_ramp_(key_ramp) {
     pad_bytes_ = pad;
     n_tokens_ = 0;
     for (int64_t s : seqs_) n_tokens_ += s;
@@ -452,6 +452,7 @@ std::string attn_prefill_case::vars() const {
        << ",seqs=" << join(seqs_);
     if (pad_bytes_ != 256) os << ",offset=" << pad_bytes_;
     if (with_lse_) os << ",lse=1";
+    if (key_ramp_ > 0.0f) os << ",key_ramp=" << key_ramp_;
     return os.str();
 }
 uint64_t attn_prefill_case::flops() const {
@@ -463,6 +464,16 @@ void attn_prefill_case::init(test_rng & rng) {
     for (int i = 0; i < 3; ++i) fill_normal(tensors_[size_t(i)], rng);
     std::vector<int32_t> indptr{0};
     for (int64_t s : seqs_) indptr.push_back(indptr.back() + int32_t(s));
+    if (key_ramp_ > 0.0f)  // see the constructor: scores that climb along each request's keys
+        for (size_t b = 0; b < seqs_.size(); ++b)
+            for (int64_t p = 0; p < seqs_[b]; ++p) {
+                const int64_t t = indptr[b] + p;
+                for (int64_t h = 0; h < qh_; ++h) set_float(tensors_[0], (t * qh_ + h) * hd_, 2.0f);
+                for (int64_t h = 0; h < kvh_; ++h) {
+                    const int64_t e = (t * kvh_ + h) * hd_;
+                    set_float(tensors_[1], e, get_float(tensors_[1], e) + key_ramp_ * float(p));
+                }
+            }
     fill_i32(tensors_[3], indptr);
 }
 op_desc attn_prefill_case::build(const std::vector<tensor> & v) const {

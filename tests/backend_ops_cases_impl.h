@@ -206,8 +206,12 @@ class attn_prefill_case : public test_case {
   public:
     // pad: the views' byte offset (4: not 16-byte aligned, the CUDA backend's fallback kernel).
     // with_lse: also the optional lse output (dst1).
+    // key_ramp > 0: channel 0 of every query is 2 and channel 0 of the key at request position p
+    // gets key_ramp * p added, so each row's scores climb along its keys (2 key_ramp scale log2(e)
+    // per key, in log2 units): the running maximum keeps moving long after the first key tile,
+    // which a kernel that rescales its accumulators lazily must then do with a finite old maximum.
     attn_prefill_case(std::vector<int64_t> seqs, int64_t q_heads, int64_t kv_heads, int64_t hd, size_t pad = 256,
-                      bool with_lse = false);
+                      bool with_lse = false, float key_ramp = 0.0f);
     op_type op() const override { return op_type::attn_prefill; }
     std::string vars() const override;
     double max_nmse() const override { return 1e-6; }
@@ -221,6 +225,7 @@ class attn_prefill_case : public test_case {
     std::vector<int64_t> seqs_;
     int64_t qh_, kvh_, hd_, n_tokens_ = 0;
     bool with_lse_ = false;
+    float key_ramp_ = 0.0f;
 };
 
 }  // namespace kvcomp::test

@@ -212,6 +212,7 @@ std::string attn_decode_quant_case::vars() const {
     std::ostringstream os;
     os << layout_vars(s_.q) << ",q_heads=" << s_.n_q_heads << ",blocks=" << join(s_.blocks)
        << ",window=" << join(s_.window) << ",win=" << s_.win_tokens;
+    if (s_.key_ramp > 0.0f) os << ",key_ramp=" << s_.key_ramp;
     return os.str();
 }
 uint64_t attn_decode_quant_case::bytes() const {
@@ -227,6 +228,8 @@ void attn_decode_quant_case::init(test_rng & rng) {
     const qblock_layout & q = s_.q;
     const int64_t hd = q.head_dim;
     fill_normal(tensors_[0], rng);
+    if (s_.key_ramp > 0.0f)  // every query's channel 5 (see quant_spec::key_ramp)
+        for (int64_t e = 5; e < tensors_[0].numel(); e += hd) set_float(tensors_[0], e, 2.0f);
     // Unused slots hold random bytes: a kernel that reads them produces garbage.
     host_tensor & pool = tensors_[1];
     for (auto & byte : pool.data) byte = uint8_t(rng.next());
@@ -253,6 +256,7 @@ void attn_decode_quant_case::init(test_rng & rng) {
             for (size_t e = 0; e < kd.size(); ++e) {
                 kd[e] = kv_value(rng, int64_t(e) % hd, true, int64_t(e) / (hd * q.n_kv_heads));
                 vd[e] = kv_value(rng, int64_t(e) % hd, false, int64_t(e) / (hd * q.n_kv_heads));
+                if (int64_t(e) % hd == 5) kd[e] += s_.key_ramp * float(i);  // 0 unless key_ramp
             }
             auto at = [&](const std::vector<float> & d) {
                 return [&d, &q, hd](int64_t t, int64_t h, int64_t c) { return d[size_t((t * q.n_kv_heads + h) * hd + c)]; };
@@ -496,6 +500,11 @@ qblock_layout kivi_layout(int64_t kv_heads, int64_t hd, int32_t bits, int32_t gr
     q.hi_bits = bits, q.lo_bits = bits, q.v_group = 32, q.channel_scale = false;
     return q;
 }
+// The layout with values quantized in groups of g channels.
+qblock_layout with_v_group(qblock_layout q, int32_t g) {
+    q.v_group = g;
+    return q;
+}
 quant_spec spec(const qblock_layout & q, int64_t q_heads, std::vector<int64_t> blocks, std::vector<int64_t> window = {},
                 int64_t win_tokens = 16, dtype src = dtype::f32, int64_t row_tokens = 0) {
     quant_spec s;
@@ -511,9 +520,10 @@ case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, 
                      "unknown quantized layout '", layout, "' (zipcache, kivi2, kivi4)");
     KVCOMP_CHECK_ARG(head_dim >= 16 && head_dim % 16 == 0, "head_dim must be a positive multiple of 16, got ", head_dim);
     const int32_t kivi_group = head_dim % 32 == 0 ? 32 : 16;  // tokens and value channels, as kivi's group=
-    qblock_layout q = layout == "zipcache" ? zipcache_layout(8, head_dim)
-                                           : kivi_layout(8, head_dim, layout == "kivi2" ? 2 : 4, kivi_group);
-    if (layout != "zipcache") q.v_group = kivi_group;
+    const qblock_layout q =
+        layout == "zipcache"
+            ? zipcache_layout(8, head_dim)
+            : with_v_group(kivi_layout(8, head_dim, layout == "kivi2" ? 2 : 4, kivi_group), kivi_group);
     const int64_t g = q.block_tokens();
     quant_spec sp = spec(q, 32, std::vector<int64_t>(size_t(batch), context / g),
                          std::vector<int64_t>(size_t(batch), context % g), g);
@@ -560,17 +570,11 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
                 spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32)));
             // Value groups of 16 and 32 channels (the CUDA tensor-core kernel is compiled per m-tiles per
             // group: 1 and 2 here, with and without channel scales, head_dim 64 and 128).
-            {
-                qblock_layout g16 = kivi_layout(4, 128, 2);
-                g16.v_group = 16;
-                add(std::make_unique<attn_decode_quant_case>(spec(g16, 16, {5, 9}, {3, 20}, 32)));
-                qblock_layout z32 = zipcache_layout(2, 64, 20, 12);
-                z32.v_group = 32;
-                add(std::make_unique<attn_decode_quant_case>(spec(z32, 8, {4, 2}, {10, 0}, 16)));
-                qblock_layout k16 = kivi_layout(2, 64, 4);
-                k16.v_group = 16;
-                add(std::make_unique<attn_decode_quant_case>(spec(k16, 8, {6, 1}, {0, 7}, 16)));
-            }
+            add(std::make_unique<attn_decode_quant_case>(
+                spec(with_v_group(kivi_layout(4, 128, 2), 16), 16, {5, 9}, {3, 20}, 32)));
+            add(std::make_unique<attn_decode_quant_case>(
+                spec(with_v_group(zipcache_layout(2, 64, 20, 12), 32), 8, {4, 2}, {10, 0}, 16)));
+            add(std::make_unique<attn_decode_quant_case>(spec(with_v_group(kivi_layout(2, 64, 4), 16), 8, {6, 1}, {0, 7}, 16)));
             // Widths other than 64 and 128 (kivi / zipcache on a reduced cache, lowrank=, rank=R). On CUDA
             // the tensor-core kernel takes them all: an odd count of k16 steps (48, 80, 112), code rows
             // read 4 or 8 bytes at a time (2-bit rows of 12, 20, 24, 28 bytes, 4-bit of 24, 40), value
@@ -579,27 +583,33 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             // 80, 112: 5 and 7 of 8; 96 at GQA 8: 12 of 16 lanes of 8), and 32 (4 lanes of 8). GQA 1, 2, 4, 8.
             {
                 add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 48), 8, {3, 1, 0}, {5, 0, 16}, 16)));
-                qblock_layout k96 = kivi_layout(2, 96, 2);
-                add(std::make_unique<attn_decode_quant_case>(spec(k96, 16, {4, 2}, {0, 17}, 32)));
-                qblock_layout k80 = kivi_layout(4, 80, 4);
-                k80.v_group = 16;
-                add(std::make_unique<attn_decode_quant_case>(spec(k80, 4, {3, 5}, {9, 1}, 32)));
+                add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(2, 96, 2), 16, {4, 2}, {0, 17}, 32)));
+                add(std::make_unique<attn_decode_quant_case>(
+                    spec(with_v_group(kivi_layout(4, 80, 4), 16), 4, {3, 5}, {9, 1}, 32)));
                 qblock_layout z112 = zipcache_layout(2, 112, 20, 12);
                 z112.hi_bits = 8;
                 add(std::make_unique<attn_decode_quant_case>(spec(z112, 4, {2, 3}, {16, 0}, 16)));
-                qblock_layout k32 = kivi_layout(2, 32, 2);
-                k32.v_group = 16;
-                add(std::make_unique<attn_decode_quant_case>(spec(k32, 8, {5, 1}, {7, 31}, 32)));
-                // 192 rows, several splits each: the merge at a block per row of 48 channels.
-                qblock_layout k48 = kivi_layout(8, 48, 4);
-                k48.v_group = 16;
                 add(std::make_unique<attn_decode_quant_case>(
-                    spec(k48, 32, {24, 24, 24, 24, 24, 24}, {0, 7, 31, 1, 16, 30}, 32)));
+                    spec(with_v_group(kivi_layout(2, 32, 2), 16), 8, {5, 1}, {7, 31}, 32)));
+                // 192 rows, several splits each: the merge at a block per row of 48 channels.
+                add(std::make_unique<attn_decode_quant_case>(spec(with_v_group(kivi_layout(8, 48, 4), 16), 32,
+                                                                  {24, 24, 24, 24, 24, 24}, {0, 7, 31, 1, 16, 30}, 32)));
             }
             // 192 query-head rows with several splits each: CUDA's split merge then runs a block per row
             // (rows >= SMs); the cases above, with fewer rows, run it at 32 channels per block.
             add(std::make_unique<attn_decode_quant_case>(
                 spec(kivi_layout(8, 128, 2), 32, {24, 24, 24, 24, 24, 24}, {0, 7, 31, 1, 16, 30}, 32)));
+            // Scores that climb from block to block (quant_spec::key_ramp): about 10 log2 units between the
+            // items a CUDA warp takes in turn (every 4th block), so the lazy running max (moved only past
+            // 8) rescales the accumulators, and ZipCache's per-item ones, with a finite old maximum.
+            {
+                quant_spec k = spec(kivi_layout(2, 128, 2), 8, {40, 33}, {5, 0}, 16);
+                k.key_ramp = 10.0f;  // 2 * 10 * 4 blocks * log2(e) / sqrt(128) = 10.2
+                add(std::make_unique<attn_decode_quant_case>(k));
+                quant_spec z = spec(zipcache_layout(2, 96), 8, {12, 9}, {0, 16}, 16);
+                z.key_ramp = 9.0f;  // 2 * 9 * 4 * log2(e) / sqrt(96) = 10.6
+                add(std::make_unique<attn_decode_quant_case>(z));
+            }
         }
         // probe_scores: token-major f32 prompt keys and f16 ring windows, with and without lse.
         add(std::make_unique<probe_scores_case>(spec(zipcache_layout(2, 64), 8, {}, {}, 16, f32), 200, 21, false));

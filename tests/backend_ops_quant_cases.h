@@ -19,6 +19,10 @@ struct quant_spec {
     std::vector<int64_t> window;  // attn_decode_quant: window tokens per request
     int64_t win_tokens = 16;      // window capacity
     bool partial_last = true;     // attn_decode_quant: each request's last block holds 1..G tokens
+    // attn_decode_quant, > 0: key channel 5 of a request's block i is 0.75 + key_ramp * i and every
+    // query's channel 5 is 2, so scores climb from block to block and a lazily rescaling kernel's
+    // running maximum moves after its first items, with a finite old maximum.
+    float key_ramp = 0.0f;
 };
 
 class kv_quantize_case : public test_case {
