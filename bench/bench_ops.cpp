@@ -146,6 +146,8 @@ int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs
     for (size_t c = 0; c < rs.k_widths.size(); ++c) {
         kv.k_total += rs.k_widths[c], kv.v_total += rs.v_widths[c];
         kv.max_width = std::max({kv.max_width, rs.k_widths[c], rs.v_widths[c]});
+        kv.max_k_width = std::max(kv.max_k_width, rs.k_widths[c]);
+        kv.max_v_width = std::max(kv.max_v_width, rs.v_widths[c]);
     }
     kv.bits = rs.bits;
     // Palu: the engine's workers=auto keeps one worker per compute unit (kv_method_lowrank.cpp,

@@ -382,7 +382,7 @@ task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bo
     *q4_simt = l.bits == 4 && !mma;
     if (mma)
         return l.bits == 4 ? attn_decode_ragged_q4_mma_kernel_for(int(l.max_width), group)
-                           : attn_decode_ragged_mma_kernel_for(int(l.max_width), group);
+                           : attn_decode_ragged_mma_kernel_for(l, group);
     return simt_kernel_for(group);
 }
 

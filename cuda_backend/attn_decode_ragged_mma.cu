@@ -24,6 +24,7 @@
 //   width only ever reach rows that are not stored.
 // Masking: rows past the task's tokens read the last valid row (clamped addresses) and get score
 //   -inf, so weight 0 times finite values; every row a step reads was copied for this tile.
+#include <algorithm>
 #include <climits>
 
 #include "decode_common.cuh"
@@ -37,14 +38,23 @@ namespace {
 
 constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
 constexpr int kStages = 2;
-// A stage holds 16 rows of K' and V' of the widest head (2 x 17 chunks of 16 bytes per row at
-// widths 128): 8.5 KiB, so 9 KiB; narrower heads get longer tiles (up to kMaxTileTokens).
-constexpr int kStageBytes = 9 * 1024;
-constexpr int kWarpRingBytes = kStages * kStageBytes;
-constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 72 KiB: 3 blocks per SM
-using stream = tile_stream<kStages, kStageBytes, true>;
-static_assert(16 * 2 * stage_row_halves<true>(128) * 2 <= kStageBytes, "16 rows of the widest head per stage");
-static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= kSmemBytes,
+// Stage sizes. A stage holds 16 rows of K' and V' of the task's head; narrower heads get longer
+// tiles (up to kMaxTileTokens). kLargeStage fits 16 rows of the widest pair the kernel takes (2 x 17
+// chunks of 16 bytes per row at widths 128 + 128: 8.5 KiB) in rings of 72 KiB a block, 3 blocks per
+// SM. kSmallStage (rings of 56 KiB) lets 4 blocks share an SM's 228 KiB, as registers (<= 128 at
+// 4 blocks, no spills with CUDA 13.0) allow: the warps wait on their own instruction chains
+// (Nsight Compute: `wait` and `short_scoreboard` stalls), so a fourth warp per scheduler hides
+// latency. The host picks it where 16 rows of the widest K and V heads fit (kernel_fits_small);
+// a head whose rows do not fit gets 8-row tiles (tile_stream's minimum), correct at half the mma use.
+constexpr int kLargeStage = 9 * 1024;
+constexpr int kSmallStage = 7 * 1024;
+template <int SB>
+constexpr size_t smem_bytes() {
+    return size_t(kRaggedWarps) * kStages * SB;
+}
+static_assert(16 * 2 * stage_row_halves<true>(128) * 2 <= kLargeStage, "16 rows of the widest head per stage");
+static_assert(8 * 2 * stage_row_halves<true>(128) * 2 <= kSmallStage, "8 rows of the widest head per stage");
+static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= smem_bytes<kSmallStage>(),
               "the warps' merge area must fit in the rings it reuses");
 
 // B fragments of q (scaled by scale * log2 e) for K-step kk: lane (g, t) holds column g (head
@@ -131,9 +141,11 @@ __device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & t
     }
 }
 
-// W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
-template <int W>
-__global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kernel(const rdecode_args a) {
+// W: widest head the kernel handles (64 or 128); SB: bytes of a stage (kSmallStage: 4 blocks per SM,
+// kLargeStage: 3, as the shared memory allows).
+template <int W, int SB>
+__global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
+    attn_decode_ragged_mma_kernel(const rdecode_args a) {
     constexpr int MK = W / 16, MV = W / 16;
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
@@ -153,7 +165,7 @@ __global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_mma_kern
 
     const int rs_k = stage_row_halves<true>(kw), rs_v = stage_row_halves<true>(vw);
     // Rows of both heads that fit a stage, in whole 16-row mma steps.
-    stream ts(a, t, ring + warp * kWarpRingBytes, (kStageBytes / (2 * (rs_k + rs_v))) & ~15);
+    tile_stream<kStages, SB, true> ts(a, t, ring + warp * kStages * SB, (SB / (2 * (rs_k + rs_v))) & ~15);
     tile_view tv;
     tv.k_row = 2 * rs_k, tv.v_row = 2 * rs_v;
     tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
@@ -206,9 +218,25 @@ bool ragged_mma_handles(int64_t max_width) {
     return max_width <= 128;
 }
 
-task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(int max_width, int group) {
-    return {max_width <= 64 ? attn_decode_ragged_mma_kernel<64> : attn_decode_ragged_mma_kernel<128>,
-            kRaggedThreads, kSmemBytes, unsigned((group + QH - 1) / QH)};
+namespace {
+
+// Whether 16 rows of every head fit a small stage: the widest K and the widest V head (the layout's
+// hints, else max_width for both) bound every head's pair.
+bool fits_small_stage(const ragged_layout & l) {
+    const auto widest = [&](int64_t hint) { return int(hint > 0 ? std::min(hint, l.max_width) : l.max_width); };
+    const int rows_halves = stage_row_halves<true>(widest(l.max_k_width)) + stage_row_halves<true>(widest(l.max_v_width));
+    return 16 * 2 * rows_halves <= kSmallStage;
+}
+
+}  // namespace
+
+task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(const ragged_layout & l, int group) {
+    const unsigned chunks = unsigned((group + QH - 1) / QH);
+    if (fits_small_stage(l))
+        return {l.max_width <= 64 ? attn_decode_ragged_mma_kernel<64, kSmallStage>
+                                  : attn_decode_ragged_mma_kernel<128, kSmallStage>,
+                kRaggedThreads, smem_bytes<kSmallStage>(), chunks};
+    return {attn_decode_ragged_mma_kernel<128, kLargeStage>, kRaggedThreads, smem_bytes<kLargeStage>(), chunks};
 }
 
 }  // namespace kvcomp::cuda

@@ -43,12 +43,14 @@ namespace {
 
 constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
 constexpr int kStages = 2;
-// A stage: 8 KiB (48+ rows of the widest heads, 128 + 128: 68 + 68 bytes a row), of which the last
-// kSlack bytes stay free for code words read past the last V row.
-constexpr int kStageBytes = 8 * 1024;
+// A stage: 7 KiB (48 rows of the widest heads, 128 + 128: 68 + 68 bytes a row), of which the last
+// kSlack bytes stay free for code words read past the last V row. Rings of 56 KiB a block let 4
+// blocks share an SM's 228 KiB, as registers (<= 128 at 4 blocks, no spills with CUDA 13.0) allow
+// (8 KiB stages allowed 3; attn_decode_ragged_mma.cu says why more warps help).
+constexpr int kStageBytes = 7 * 1024;
 constexpr int kSlack = 16;
 constexpr int kWarpRingBytes = kStages * kStageBytes;
-constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 64 KiB: 3 blocks per SM
+constexpr size_t kSmemBytes = size_t(kRaggedWarps) * kWarpRingBytes;  // 56 KiB: 4 blocks per SM
 using stream = tile_stream<kStages, kStageBytes, false>;
 static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= kSmemBytes,
               "the warps' merge area must fit in the rings it reuses");
@@ -173,9 +175,9 @@ __device__ __forceinline__ void tile_values(qstate<MV> & st, const q4_tile & tv,
     }
 }
 
-// W: widest head the kernel handles (64 or 128). 3 blocks per SM: the shared memory allows 3.
+// W: widest head the kernel handles (64 or 128). 4 blocks per SM (kStageBytes).
 template <int W>
-__global__ void __launch_bounds__(kRaggedThreads, 3) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
+__global__ void __launch_bounds__(kRaggedThreads, 4) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
     constexpr int NG = W / 32, MV = W / 16;
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);

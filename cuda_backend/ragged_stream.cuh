@@ -359,9 +359,9 @@ bool ragged_mma_requested();
 // The tensor-core kernels: layouts whose widest head is <= 128, f16 pages
 // (attn_decode_ragged_mma.cu) and 4-bit pages (attn_decode_ragged_q4_mma.cu).
 bool ragged_mma_handles(int64_t max_width);
-// Their kernels for a layout's widest head and a GQA group (launch_task_kernel over the schedule
+// Their kernels for a layout (its widest heads) and a GQA group (launch_task_kernel over the schedule
 // rows, partials taken; the caller merges).
-task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(int max_width, int group);
+task_kernel<rdecode_args> attn_decode_ragged_mma_kernel_for(const ragged_layout & l, int group);
 task_kernel<rdecode_args> attn_decode_ragged_q4_mma_kernel_for(int max_width, int group);
 
 }  // namespace kvcomp::cuda

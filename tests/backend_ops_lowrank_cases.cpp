@@ -53,6 +53,8 @@ int64_t widest(const ragged_spec & s) {
 ragged_layout spec_layout(const ragged_spec & s, int64_t n_pages) {
     ragged_layout l{n_pages,  int64_t(s.k_widths.size()), s.page_size, sum(s.k_widths), sum(s.v_widths),
                     widest(s)};
+    l.max_k_width = s.width_hint >= 0 ? s.width_hint : *std::max_element(s.k_widths.begin(), s.k_widths.end());
+    l.max_v_width = s.width_hint >= 0 ? s.width_hint : *std::max_element(s.v_widths.begin(), s.v_widths.end());
     if (s.bits == 4)
         l.bits = 4, l.k_row_bytes = ragged_q4_row_total(s.k_widths),
         l.v_row_bytes = ragged_q4_row_total(s.v_widths);
@@ -111,6 +113,7 @@ std::string ragged_vars(const ragged_spec & s) {
        << ",lens=" << join(s.lens);
     if (s.bits != 16) os << ",bits=" << s.bits;
     if (s.key_ramp != 0.0) os << ",key_ramp=" << s.key_ramp;
+    if (s.width_hint >= 0) os << ",width_hint=" << s.width_hint;
     return os.str();
 }
 
@@ -547,6 +550,14 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
                     rs(kw_odd, vw_odd, 1, {2049, 17, 1}, policy, workers), false));
             }
         add(std::make_unique<ragged_decode_case>(rs({256, 1}, {1, 256}, 4, {300, 257}), false));
+        // A width hint that claims narrow heads: CUDA takes its small-stage kernel, in which the
+        // 128 + 128 head's rows fit only 8-row tiles (half of each mma step masked); with rising
+        // scores, so the running max moves across those tiles too.
+        {
+            ragged_spec s = rs(kw, vw, 4, {3000, 1, 0, 1000}, P::balanced, 8);
+            s.width_hint = 16, s.key_ramp = 20.0;
+            add(std::make_unique<ragged_decode_case>(s, false));
+        }
         // The merge on rows of many tasks: short chunks for many workers give the 2600-token request
         // 200 tasks per KV head (two chunks of the merge's 128-task weights), the 40-token one 4,
         // next to a 1-task and an empty row; a 200-wide head takes two channels per work-item.

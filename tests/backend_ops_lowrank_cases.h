@@ -31,6 +31,10 @@ struct ragged_spec {
     // unscaled normal keys it settles in the first tile; the CUDA tensor-core softmax moves it only
     // when a score passes it by 2^8, decode_mma.cuh).
     double key_ramp = 0.0;
+    // The layout's width hints (ragged_layout::max_k_width / max_v_width): -1 the spec's widest K and
+    // V heads, as the engine gives them; else this value for both, e.g. a wrong one (it may cost
+    // speed, never correctness: CUDA then stages a pair that does not fit 16 rows in 8-row tiles).
+    int64_t width_hint = -1;
 };
 
 // attn_decode_ragged (palu = false) or attn_decode_palu over the spec's requests (bench_ops sweeps).

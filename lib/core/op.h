@@ -303,6 +303,10 @@ struct ragged_layout {
     int64_t n_pages = 0, n_kv_heads = 0, page_size = 0, k_total = 0, v_total = 0, max_width = 0;
     int32_t bits = 16;                         // 16: f16 elements; 4: core/ragged_q4.h rows
     int64_t k_row_bytes = 0, v_row_bytes = 0;  // bits == 4: bytes of one token over all heads
+    // The widest K head and the widest V head (0: not given, max_width). A hint for a backend's
+    // kernel choice (CUDA: the decode's stage size, hence its blocks per SM); results never depend on
+    // it, and a wrong value costs only speed.
+    int64_t max_k_width = 0, max_v_width = 0;
 };
 constexpr int64_t max_ragged_width = 256;  // widest head a kernel must handle (registers / local memory)
 

@@ -113,6 +113,8 @@ class lowrank_method : public kv_method {
     ragged_layout layout(const lowrank_layer & L) const {
         ragged_layout r{shape_.n_pages, shape_.n_kv_heads, shape_.page_size,
                         L.k_total,      L.v_total,         L.max_width};
+        r.max_k_width = *std::max_element(L.k.begin(), L.k.end());
+        r.max_v_width = *std::max_element(L.v.begin(), L.v.end());
         if (q4())
             r.bits = 4, r.k_row_bytes = ragged_q4_row_total(L.k), r.v_row_bytes = ragged_q4_row_total(L.v);
         return r;

@@ -11,6 +11,8 @@
   bench_ops_ocl_codes_ab_h200.csv  a27fa24 against 1ae921e (codes to floats by mask-or and subtract; reverted), two passes
   bench_ops_ocl_worker_scales8_h200.csv  1ae921e cut for auto (then 1 x) and 2, 4, 6, 8 x the compute units, one run
   bench_ops_ocl_auto_ab_h200.csv  1ae921e (auto = 1 x) against 0c39190 (auto = 8 x on OpenCL GPUs), two passes
+  bench_ops_ragged_4blocks_ab_h200.csv  362aacb against the tensor-core ragged decodes at 4 blocks per SM (7 KiB
+                                stages; commit column stage4), plain and balanced schedules, two interleaved passes
   bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (CUDA)
   bench_e2e_workers_ocl_h200.csv  the same on NVIDIA OpenCL (auto = 8 x the compute units), batches 1 and 4 at 4K
 Every number is read from those files; nothing is typed here.
@@ -29,8 +31,9 @@ E2E_TABLES = [
      "NVIDIA's OpenCL driver)."),
 ]
 E2E_SOURCES = tuple(name for name, _, _ in E2E_TABLES)
-_ROW = re.compile(r"decode_(lowrank_balanced|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
-_PAGES = {"lowrank_balanced": "f16", "lowrank_q4_balanced": "q4", "palu": "palu (f16 latent K)"}
+_ROW = re.compile(r"decode_(lowrank_balanced|lowrank_plain|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
+_PAGES = {"lowrank_balanced": "f16", "lowrank_plain": "f16, plain schedule", "lowrank_q4_balanced": "q4",
+          "palu": "palu (f16 latent K)"}
 
 
 def _column(r, base, base_label):
@@ -216,6 +219,18 @@ def schedule_section(data_dir):
             "cut for s × the compute units; the fp16 column is OpenCL's fp16 decode of the same run. OpenCL has no "
             "occupancy query; at that commit `workers=auto` was 1 × the compute units there (8 × since `0c39190`, "
             "below). Cells: ms (fraction of copy).")
+    blocks4 = read_dicts(os.path.join(data_dir, "bench_ops_ragged_4blocks_ab_h200.csv"))
+    if blocks4:
+        prev = commits_in_order(blocks4)[0]
+        out += schedule_table(
+            blocks4, prev, "### The tensor-core ragged decodes at 4 blocks per SM (H200, interleaved A/B)",
+            f"Two passes of each binary, one after the other (`{blocks4[0]['date'][:10]}`, "
+            "`docs/data/bench_ops_ragged_4blocks_ab_h200.csv`, mean of the two): `362aacb` against the kernels of "
+            "the next commit (commit column `stage4`), whose per-warp stages are 7 KiB instead of 9 (f16 pages, where "
+            "16 rows of the widest K and V heads fit: both profiles here) and 8 (q4 pages), so 4 blocks of 4 warps "
+            "share an SM instead of 3 (Nsight Compute, p70 16 × 32K: 15.0 warps per SM achieved of 16, 0.60 issued "
+            "warps per scheduler). Both at workers=auto, which follows the resident blocks (3 → 4 × 132). Cells: ms "
+            "(fraction of copy).", base_label="auto")
     out += _ocl_ragged(data_dir)
     for name, title, note in E2E_TABLES:
         out += e2e_workers_table(read_dicts(os.path.join(data_dir, name)), name, title, note)
