@@ -141,18 +141,11 @@ __device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & t
     }
 }
 
-// W: widest head the kernel handles (64 or 128); SB: bytes of a stage (kSmallStage: 4 blocks per SM,
-// kLargeStage: 3, as the shared memory allows).
-template <int W, int SB>
-__global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
-    attn_decode_ragged_mma_kernel(const rdecode_args a) {
-    constexpr int MK = W / 16, MV = W / 16;
-    extern __shared__ uint4 smem[];
-    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+// One block's task: MK / MV = the 16-channel steps its loops are unrolled for (>= the head's K' / V'
+// steps, <= W / 16; step_bound); W = the merge area's row width.
+template <int W, int SB, int MK, int MV>
+__device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t, uint8_t * ring) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-
-    rtask t;
-    if (!load_mma_task<W>(a, QH, t)) return;  // uniform
     const int kw = t.hd.k_width, vw = t.hd.v_width;
 
     uint32_t bq[MK][2];
@@ -210,6 +203,33 @@ __global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
         }
     }
     finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
+}
+
+// The unroll bound of the K' and V' step loops for a head of n = max(K' steps, V' steps) 16-channel
+// steps (n <= W / 16): 2, 4 or 8. A task's head is fixed, so a block's loops need not run to the
+// widest head's bound: at the 70 % profile's widths (16-80) each 16-row step otherwise passed 4-7
+// skipped k-steps of K' and of V' (a compare and branch each). One bound for both loops: separate
+// ones (9 variants at W = 128) made ptxas spill at 4 blocks per SM; these 3 need 125 registers.
+template <int W>
+__device__ __forceinline__ int step_bound(int n) {
+    return n <= 2 ? 2 : (n <= 4 || W == 64) ? 4 : 8;
+}
+
+// W: widest head the kernel handles (64 or 128); SB: bytes of a stage (kSmallStage: 4 blocks per SM,
+// kLargeStage: 3, as the shared memory allows).
+template <int W, int SB>
+__global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
+    attn_decode_ragged_mma_kernel(const rdecode_args a) {
+    extern __shared__ uint4 smem[];
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    rtask t;
+    if (!load_mma_task<W>(a, QH, t)) return;  // uniform
+    const int nk = (t.hd.k_width + 15) / 16, nv = (t.hd.v_width + 15) / 16;
+    switch (step_bound<W>(max(nk, nv))) {
+        case 2: return run_task<W, SB, 2, 2>(a, t, ring);
+        case 4: return run_task<W, SB, 4, 4>(a, t, ring);
+        default: return run_task<W, SB, W / 16, W / 16>(a, t, ring);
+    }
 }
 
 }  // namespace

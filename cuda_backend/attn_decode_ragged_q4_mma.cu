@@ -175,16 +175,11 @@ __device__ __forceinline__ void tile_values(qstate<MV> & st, const q4_tile & tv,
     }
 }
 
-// W: widest head the kernel handles (64 or 128). 4 blocks per SM (kStageBytes).
-template <int W>
-__global__ void __launch_bounds__(kRaggedThreads, 4) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
-    constexpr int NG = W / 32, MV = W / 16;
-    extern __shared__ uint4 smem[];
-    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+// One block's task: NG 32-channel groups of K and MV 16-channel m-tiles of V unrolled (>= the head's,
+// MV = 2 NG <= W / 16; step_bound in attn_decode_ragged_mma.cu says why); W = the merge area's row width.
+template <int W, int NG, int MV>
+__device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t, uint8_t * ring) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-
-    rtask t;
-    if (!load_mma_task<W>(a, QH, t)) return;  // uniform
     const int kw = t.hd.k_width, vw = t.hd.v_width;
 
     uint32_t bq[2 * NG][2];
@@ -243,6 +238,20 @@ __global__ void __launch_bounds__(kRaggedThreads, 4) attn_decode_ragged_q4_mma_k
         }
     }
     finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
+}
+
+// W: widest head the kernel handles (64 or 128). 4 blocks per SM (kStageBytes). The loops' unroll
+// bound follows the task's head: 32, 64 or 128 channels.
+template <int W>
+__global__ void __launch_bounds__(kRaggedThreads, 4) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
+    extern __shared__ uint4 smem[];
+    uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    rtask t;
+    if (!load_mma_task<W>(a, QH, t)) return;  // uniform
+    const int n = max(2 * ((t.hd.k_width + 31) / 32), (t.hd.v_width + 15) / 16);  // 16-channel steps
+    if (n <= 2) return run_task<W, 1, 2>(a, t, ring);
+    if (n <= 4 || W == 64) return run_task<W, 2, 4>(a, t, ring);
+    run_task<W, W / 32, W / 16>(a, t, ring);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
   bench_ops_ocl_auto_ab_h200.csv  1ae921e (auto = 1 x) against 0c39190 (auto = 8 x on OpenCL GPUs), two passes
   bench_ops_ragged_4blocks_ab_h200.csv  362aacb against the tensor-core ragged decodes at 4 blocks per SM (7 KiB
                                 stages; commit column stage4), plain and balanced schedules, two interleaved passes
+  bench_ops_ragged_stepbound_ab_h200.csv  a6ba09c against the ragged decodes with loops unrolled to the task's head
+                                (commit column stepbound), two interleaved passes
+  bench_ops_worker_scales4_h200.csv  those kernels cut for auto and 1-3 x SMs at batch 16, one run
   bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (CUDA)
   bench_e2e_workers_ocl_h200.csv  the same on NVIDIA OpenCL (auto = 8 x the compute units), batches 1 and 4 at 4K
 Every number is read from those files; nothing is typed here.
@@ -231,6 +234,24 @@ def schedule_section(data_dir):
             "share an SM instead of 3 (Nsight Compute, p70 16 × 32K: 15.0 warps per SM achieved of 16, 0.60 issued "
             "warps per scheduler). Both at workers=auto, which follows the resident blocks (3 → 4 × 132). Cells: ms "
             "(fraction of copy).", base_label="auto")
+    stepbound = read_dicts(os.path.join(data_dir, "bench_ops_ragged_stepbound_ab_h200.csv"))
+    if stepbound:
+        prev = commits_in_order(stepbound)[0]
+        out += schedule_table(
+            stepbound, prev, "### The tensor-core ragged decodes unrolled to the task's head (H200, interleaved A/B)",
+            f"Two passes of each binary, one after the other (`{stepbound[0]['date'][:10]}`, "
+            f"`docs/data/bench_ops_ragged_stepbound_ab_h200.csv`, mean of the two): `{prev}` against the kernels of "
+            "the next commit (commit column `stepbound`): a block's K' and V' step loops are unrolled to 2, 4 or 8 "
+            "16-channel steps as its head needs (the larger of its K' and V' steps), not to the widest head's 8 "
+            "with a guard per step; q4 pages alike. Both at 4 blocks per SM and workers=auto. Cells: ms (fraction "
+            "of copy).", base_label="auto")
+    scales4 = read_dicts(os.path.join(data_dir, "bench_ops_worker_scales4_h200.csv"))
+    if scales4:
+        out += schedule_table(
+            scales4, "", "### The balanced schedule's worker count at 4 blocks per SM (H200)",
+            f"`{scales4[0]['commit']}` (the kernels of the table above), {scales4[0]['date'][:10]}, one run "
+            "(`docs/data/bench_ops_worker_scales4_h200.csv`): the balanced schedule cut for auto (4 × 132 resident "
+            "blocks) and for 1-3 × the SMs, batch 16. Cells: ms (fraction of copy).")
     out += _ocl_ragged(data_dir)
     for name, title, note in E2E_TABLES:
         out += e2e_workers_table(read_dicts(os.path.join(data_dir, name)), name, title, note)
