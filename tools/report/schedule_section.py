@@ -153,6 +153,28 @@ _OCL_TABLES = [
 ]
 
 
+# Interleaved A/Bs of the CUDA tensor-core ragged decodes: (file, title, caption); {prev} (the base commit, the
+# file's first), {date} and {file} in a caption are filled from the file; the other binary's commit column is a
+# label for the commit that followed.
+_KERNEL_AB_TABLES = [
+    ("bench_ops_ragged_4blocks_ab_h200.csv",
+     "### The tensor-core ragged decodes at 4 blocks per SM (H200, interleaved A/B)",
+     "Two passes of each binary, one after the other (`{date}`, `docs/data/{file}`, mean of the two): `{prev}` "
+     "against the kernels of the next commit (commit column `stage4`), whose per-warp stages are 7 KiB instead of 9 "
+     "(f16 pages, where 16 rows of the widest K and V heads fit: both profiles here) and 8 (q4 pages), so 4 blocks "
+     "of 4 warps share an SM instead of 3 (Nsight Compute, p70 16 × 32K: 15.0 warps per SM achieved of 16, 0.60 "
+     "issued warps per scheduler). Both at workers=auto, which follows the resident blocks (3 → 4 × 132). Cells: "
+     "ms (fraction of copy)."),
+    ("bench_ops_ragged_stepbound_ab_h200.csv",
+     "### The tensor-core ragged decodes unrolled to the task's head (H200, interleaved A/B)",
+     "Two passes of each binary, one after the other (`{date}`, `docs/data/{file}`, mean of the two): `{prev}` "
+     "against the kernels of the next commit (commit column `stepbound`): a block's K' and V' step loops are "
+     "unrolled to 2, 4 or 8 16-channel steps as its head needs (the larger of its K' and V' steps), not to the "
+     "widest head's 8 with a guard per step; q4 pages alike. Both at 4 blocks per SM and workers=auto. Cells: ms "
+     "(fraction of copy)."),
+]
+
+
 def _ocl_ragged(data_dir):
     out = []
     for name, title, caption, ab in _OCL_TABLES:
@@ -222,29 +244,12 @@ def schedule_section(data_dir):
             "cut for s × the compute units; the fp16 column is OpenCL's fp16 decode of the same run. OpenCL has no "
             "occupancy query; at that commit `workers=auto` was 1 × the compute units there (8 × since `0c39190`, "
             "below). Cells: ms (fraction of copy).")
-    blocks4 = read_dicts(os.path.join(data_dir, "bench_ops_ragged_4blocks_ab_h200.csv"))
-    if blocks4:
-        prev = commits_in_order(blocks4)[0]
-        out += schedule_table(
-            blocks4, prev, "### The tensor-core ragged decodes at 4 blocks per SM (H200, interleaved A/B)",
-            f"Two passes of each binary, one after the other (`{blocks4[0]['date'][:10]}`, "
-            "`docs/data/bench_ops_ragged_4blocks_ab_h200.csv`, mean of the two): `362aacb` against the kernels of "
-            "the next commit (commit column `stage4`), whose per-warp stages are 7 KiB instead of 9 (f16 pages, where "
-            "16 rows of the widest K and V heads fit: both profiles here) and 8 (q4 pages), so 4 blocks of 4 warps "
-            "share an SM instead of 3 (Nsight Compute, p70 16 × 32K: 15.0 warps per SM achieved of 16, 0.60 issued "
-            "warps per scheduler). Both at workers=auto, which follows the resident blocks (3 → 4 × 132). Cells: ms "
-            "(fraction of copy).", base_label="auto")
-    stepbound = read_dicts(os.path.join(data_dir, "bench_ops_ragged_stepbound_ab_h200.csv"))
-    if stepbound:
-        prev = commits_in_order(stepbound)[0]
-        out += schedule_table(
-            stepbound, prev, "### The tensor-core ragged decodes unrolled to the task's head (H200, interleaved A/B)",
-            f"Two passes of each binary, one after the other (`{stepbound[0]['date'][:10]}`, "
-            f"`docs/data/bench_ops_ragged_stepbound_ab_h200.csv`, mean of the two): `{prev}` against the kernels of "
-            "the next commit (commit column `stepbound`): a block's K' and V' step loops are unrolled to 2, 4 or 8 "
-            "16-channel steps as its head needs (the larger of its K' and V' steps), not to the widest head's 8 "
-            "with a guard per step; q4 pages alike. Both at 4 blocks per SM and workers=auto. Cells: ms (fraction "
-            "of copy).", base_label="auto")
+    for name, title, caption in _KERNEL_AB_TABLES:
+        rows = read_dicts(os.path.join(data_dir, name))
+        if rows:
+            prev = commits_in_order(rows)[0]
+            text = caption.format(prev=prev, date=rows[0]["date"][:10], file=name)
+            out += schedule_table(rows, prev, title, text, base_label="auto")
     scales4 = read_dicts(os.path.join(data_dir, "bench_ops_worker_scales4_h200.csv"))
     if scales4:
         out += schedule_table(
