@@ -47,6 +47,7 @@ struct options {
     // what the engine's default workers=auto plans for).
     std::vector<int64_t> worker_scales{0};
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
+    std::vector<int64_t> token_costs{-1};  // ... and its per-token cost; -1: the engine's default
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
     std::vector<int64_t> quant_dims{128};                       // head widths of the quant sweep
     std::string sweep_rows;                                     // regex over their row names
@@ -75,6 +76,10 @@ void usage() {
         "                    bytes = the q4 rows read)\n"
         "  --waves LIST      low-rank balanced decode: the schedule search's largest wave counts\n"
         "                    (default 4; rows of w != 4 end in _wW before the profile)\n"
+        "  --token-costs L   low-rank balanced decodes: the schedule's per-token cost c, tasks costing\n"
+        "                    s_kv * (k_width + v_width + c), or auto (default): the engine's\n"
+        "                    (default_token_cost: 1 for f16 pages, 64 for q4); rows of a given c end in\n"
+        "                    _tcC before the profile\n"
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
         "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
@@ -197,6 +202,12 @@ bool parse(int argc, char ** argv, options & o) {
             }
         } else if (a == "--waves") {
             o.waves = parse_sizes(value());
+        } else if (a == "--token-costs") {
+            o.token_costs.clear();
+            for (const auto & v : split(value())) {
+                if (v == "auto") o.token_costs.push_back(-1);
+                else for (int64_t n : parse_sizes(v)) o.token_costs.push_back(n);
+            }
         } else if (a == "--quant-dims") {
             o.quant_dims = parse_sizes(value());
             for (int64_t d : o.quant_dims)
@@ -404,6 +415,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     for (const auto & prof : profiles)
         for (int64_t scale : sweep("lowrank") ? o.worker_scales : std::vector<int64_t>{})
             for (int64_t waves : o.waves)
+            for (int64_t token_cost : o.token_costs)
             for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
                 for (int64_t batch : o.batches)
                     for (int64_t ctx : o.contexts) {
@@ -412,13 +424,16 @@ bool bench_device(const device_entry & dev, const options & o) {
                                                              "decode_lowrank_q4_balanced_"};
                         const std::string name = std::string(names[kind]) +
                                                  (scale > 0 ? "x" + std::to_string(scale) + "_" : "") +
-                                                 (waves != 4 ? "w" + std::to_string(waves) + "_" : "") + prof.name;
-                        if (!sweep_row(name)) continue;
+                                                 (waves != 4 ? "w" + std::to_string(waves) + "_" : "") +
+                                                 (token_cost >= 0 ? "tc" + std::to_string(token_cost) + "_" : "") +
+                                                 prof.name;
+                        if ((token_cost >= 0 && (kind == 0 || kind == 2)) || !sweep_row(name)) continue;
                         ragged_spec rs;
                         rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
                         rs.lens.assign(size_t(batch), ctx);
                         rs.extra_pages = 0;
                         rs.waves = waves;
+                        rs.token_cost = token_cost >= 0 ? token_cost : host::lowrank::default_token_cost(rs.bits);
                         if (kind == 3) rs.bits = 4;
                         rs.workers = scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * scale
                                                : concurrent_decode_tasks(*be, rs, kind == 2);

@@ -26,6 +26,7 @@ struct ragged_spec {
     // The decode schedule's shortest task (decode_schedule_options): small ones give many tasks per row.
     int64_t min_chunk_tokens = 256;
     int64_t waves = 4;  // the balanced search's largest wave count (decode_schedule_options::waves)
+    int64_t token_cost = 1;  // the balanced schedule's per-token cost (decode_schedule_options)
     // Keys of token j of a request of n tokens scaled by 1 + key_ramp * j / n: scores that keep
     // growing along the sequence, so a decode's running max moves in later tiles and tasks too (with
     // unscaled normal keys it settles in the first tile; the CUDA tensor-core softmax moves it only

@@ -80,13 +80,16 @@ const char * policy_name(decode_policy p) {
 
 namespace {
 
-// Validates the inputs and returns d_sum per KV head (k_width + v_width + 1) and the longest length.
+// Validates the inputs and returns d_sum per KV head (k_width + v_width + token_cost) and the longest
+// length.
 std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const std::vector<int64_t> & k_widths,
                                   const std::vector<int64_t> & v_widths, const decode_schedule_options & opt,
                                   int64_t & max_len) {
     KVCOMP_CHECK_ARG(opt.n_workers >= 1 && opt.waves >= 1 && opt.min_chunk_tokens >= 1,
                      "build_decode_schedule: n_workers (", opt.n_workers, "), waves (", opt.waves,
                      ") and min_chunk_tokens (", opt.min_chunk_tokens, ") must be >= 1");
+    KVCOMP_CHECK_ARG(opt.token_cost >= 0 && opt.token_cost <= 1 << 20, "build_decode_schedule: token_cost ",
+                     opt.token_cost, " is outside [0, 2^20]");
     ragged_heads_table(k_widths, v_widths);  // validates the widths
     KVCOMP_CHECK_ARG(!seq_lens.empty(), "build_decode_schedule: no requests");
     max_len = 0;
@@ -96,7 +99,7 @@ std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const s
         max_len = std::max(max_len, seq_lens[b]);
     }
     std::vector<int64_t> d_sum(k_widths.size());
-    for (size_t c = 0; c < k_widths.size(); ++c) d_sum[c] = k_widths[c] + v_widths[c] + 1;
+    for (size_t c = 0; c < k_widths.size(); ++c) d_sum[c] = k_widths[c] + v_widths[c] + opt.token_cost;
     return d_sum;
 }
 
@@ -170,7 +173,7 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
     int64_t total = 0;
     for (int64_t b = 0; b < batch; ++b)
         for (int64_t c = 0; c < n_kv; ++c) {
-            const int64_t cost = decode_task_cost(seq_lens[size_t(b)], k_widths[size_t(c)], v_widths[size_t(c)]);
+            const int64_t cost = seq_lens[size_t(b)] * d_sum[size_t(c)];  // both < 2^31: no overflow
             KVCOMP_CHECK_ARG(total <= std::numeric_limits<int64_t>::max() - cost,
                              "build_decode_schedule: total cost overflows");
             total += cost;
@@ -220,6 +223,10 @@ decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const
                 cut_equal(b, c, n, std::clamp<int64_t>(parts[size_t(b * n_kv + c)], 1, n), d_sum[size_t(c)], tasks);
         }
     return finish(std::move(tasks), batch, n_kv, opt);
+}
+
+int64_t default_token_cost(int64_t page_bits) {
+    return page_bits == 4 ? 64 : 1;
 }
 
 bool schedule_cut_reusable(const std::vector<int64_t> & built, const std::vector<int64_t> & now) {

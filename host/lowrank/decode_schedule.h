@@ -7,7 +7,8 @@
 //   plain     what the fp16 decode kernels do: every (b, c) cut into chunks of one common length
 //             chosen from the longest request so that about waves * n_workers tasks exist, chunks
 //             no shorter than min_chunk_tokens; tasks in natural order (b, c, chunk).
-//   balanced  ZACK/FDC §5.3: a task costs s_kv * (k_width + v_width + 1) (balance_scheduler.h);
+//   balanced  ZACK/FDC §5.3: a task costs s_kv * (k_width + v_width + 1) (balance_scheduler.h; the 1
+//             is decode_schedule_options::token_cost);
 //             candidate cuts give every (b, c) chunks of about the same COST, total / (w *
 //             n_workers) for w in 1..waves (chunk counts rounded to nearest and up, chunks no
 //             shorter than min_chunk_tokens), plus the plain cut (it wins when equal token chunks
@@ -42,6 +43,10 @@ struct decode_schedule_options {
     int64_t n_workers = 1;           // compute units (SMs / CUs) of the device
     int64_t waves = 4;               // at most this many waves of n_workers tasks
     int64_t min_chunk_tokens = 256;  // below this a partial write + merge costs more than it saves
+    // A token's cost beside its channels: tasks cost s_kv * (k_width + v_width + token_cost). ZACK /
+    // FDC §5.3 count 1 (the softmax); a kernel whose per-token work outweighs a channel's balances
+    // better with a larger value (default_token_cost). In [0, 2^20].
+    int64_t token_cost = 1;
     bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)
 };
 
@@ -49,12 +54,18 @@ struct decode_schedule {
     std::vector<int32_t> schedule;  // i32 [n_tasks, 4] (request, KV head, first, end)
     std::vector<int32_t> merge;     // i32 [batch * n_kv_heads + 1 + n_tasks]
     int64_t n_tasks = 0;
-    std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + 1)
+    std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + token_cost)
     std::vector<int64_t> parts;  // chunks per (request, KV head), [batch * n_kv_heads] (b-major)
     // Predicted makespans in cost units on n_workers: the list schedule of the rows in their order
     // (what GPU dispatch does), LPT of the same tasks (schedule_lpt) and the lower bound.
     int64_t dispatch_makespan = 0, lpt_makespan = 0, lower_bound = 0;
 };
+
+// The engine's token_cost for pages of `page_bits` (16: f16, 4: core/ragged_q4.h rows): 1 for f16 pages
+// (ZACK / FDC's cost); 64 for 4-bit pages, whose rows cost little per channel next to a row's
+// parameters, softmax and addressing: on the CUDA tensor-core decode (H200, docs/RESULTS.md "per-token
+// cost") 64 was 5-13 % faster than 1 at batch 16 from 32K, and f16 pages showed no clear gain either way.
+int64_t default_token_cost(int64_t page_bits);
 
 // Builds the task list for requests of seq_lens tokens and KV heads of the given widths.
 // Throws invalid_argument for negative lengths, bad widths, n_workers/waves/min_chunk_tokens < 1,

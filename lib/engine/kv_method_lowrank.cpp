@@ -303,6 +303,7 @@ class lowrank_method : public kv_method {
         hl::decode_schedule_options opt;
         opt.policy = c_.balanced_schedule ? hl::decode_policy::balanced : hl::decode_policy::plain;
         opt.stats = false;
+        opt.token_cost = c_.token_cost >= 0 ? c_.token_cost : hl::default_token_cost(c_.kv_bits);
         std::vector<int32_t> host;
         sched_.resize(plan_.layers.size());
         for (size_t l = 0; l < plan_.layers.size(); ++l) {

@@ -58,8 +58,11 @@ struct lowrank_method_config {
     // The balanced schedule's workers per compute unit; 0 (workers=auto) asks the backend how many
     // decode tasks run at once (backend::concurrent_workgroups; palu: 1 per compute unit). 1 treats a
     // compute unit as one worker, which undercounts where several blocks share an SM: the CUDA
-    // tensor-core decodes keep 3 per SM (docs/RESULTS.md, "workers=auto").
+    // tensor-core decodes keep 3-4 per SM (docs/RESULTS.md, "workers=auto").
     int worker_scale = 0;
+    // The balanced schedule's per-token cost (decode_schedule_options::token_cost); -1 (token_cost=auto):
+    // host::lowrank::default_token_cost of the page format.
+    int64_t token_cost = -1;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to

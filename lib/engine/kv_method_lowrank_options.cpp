@@ -11,6 +11,10 @@
 //                        blocks of the decode kernel; OpenCL GPUs 8 x the compute units; CPU
 //                        devices the compute units; palu: the compute units); N in 1..16:
 //                        compute_units x N. Results agree up to rounding.
+//   token_cost=auto|N    balanced schedule: a task costs s_kv * (k_width + v_width + N); auto
+//                        (default): 1 for f16 pages (ZACK / FDC's cost), 64 for kv_bits=4 pages
+//                        (host/lowrank/decode_schedule.h, default_token_cost); N in [0, 4096].
+//                        Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -56,6 +60,15 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
                          " must be auto or an integer in [1, 16]");
         c.worker_scale = int(v);
     }
+    const bool token_cost_given = r.has("token_cost");
+    const std::string token_cost = r.text("token_cost", "auto");
+    if (token_cost != "auto") {
+        char * end = nullptr;
+        const long v = std::strtol(token_cost.c_str(), &end, 10);
+        KVCOMP_CHECK_ARG(!token_cost.empty() && *end == '\0' && v >= 0 && v <= 4096, "method ", name,
+                         ": option token_cost=", token_cost, " must be auto or an integer in [0, 4096]");
+        c.token_cost = v;
+    }
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
@@ -67,6 +80,8 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
                      ": option equalize only applies with kv_bits=4");
     KVCOMP_CHECK_ARG(!workers_given || c.balanced_schedule, "method ", name,
                      ": option workers only applies with schedule=balanced");
+    KVCOMP_CHECK_ARG(!token_cost_given || c.balanced_schedule, "method ", name,
+                     ": option token_cost only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(c.kv_bits == 16 || m != hl::lowrank_method::palu, "method ", name,
                      ": option kv_bits=", c.kv_bits,
                      " is not supported for palu (its latent K is reconstructed at full width "

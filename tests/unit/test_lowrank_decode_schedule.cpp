@@ -170,6 +170,41 @@ TEST(lowrank_decode_schedule, bad_input_gives_clear_errors) {
         status::invalid_argument, {"request 1", "-1"});
     expect_error([] { build_decode_schedule({10}, {16}, {16}, opts(decode_policy::plain, 0)); },
                  status::invalid_argument, {"n_workers (0)"});
+    expect_error(
+        [] {
+            decode_schedule_options o = opts(decode_policy::balanced, 4);
+            o.token_cost = -1;
+            build_decode_schedule({10}, {16}, {16}, o);
+        },
+        status::invalid_argument, {"token_cost -1"});
+}
+
+// token_cost: every row costs its tokens times (k_width + v_width + token_cost), and a larger one
+// moves tokens from the narrow heads' chunks to the wide heads' (a narrow head's token then costs
+// relatively more). The engine's default is 1 for f16 pages and 64 for 4-bit pages.
+TEST(lowrank_decode_schedule, token_cost_weighs_each_token) {
+    const std::vector<int64_t> lens = {4096, 4096}, k = {16, 128}, v = {16, 128};
+    auto tokens_per_task = [&](int64_t tc, int64_t c) {
+        decode_schedule_options o = opts(decode_policy::balanced, 20);
+        o.token_cost = tc, o.waves = 1, o.min_chunk_tokens = 16;  // one candidate cut, fine chunks
+        const decode_schedule s = build_decode_schedule(lens, k, v, o);
+        expect_covers(s, lens, 2);
+        int64_t tokens = 0, tasks = 0;
+        for (int64_t t = 0; t < s.n_tasks; ++t) {
+            const int32_t * r = &s.schedule[size_t(t) * 4];
+            EXPECT_EQ(s.costs[size_t(t)], int64_t(r[3] - r[2]) * (k[size_t(r[1])] + v[size_t(r[1])] + tc));
+            if (r[1] == c) tokens += r[3] - r[2], ++tasks;
+        }
+        return double(tokens) / double(tasks);
+    };
+    const double narrow_per_wide_1 = tokens_per_task(1, 0) / tokens_per_task(1, 1);
+    const double narrow_per_wide_64 = tokens_per_task(64, 0) / tokens_per_task(64, 1);
+    // Cost-equal chunks: 257 / 33 = 7.8 and 320 / 96 = 3.3 times the wide head's tokens (whole chunk
+    // counts per (request, head): 9 and 4 here).
+    EXPECT_GT(narrow_per_wide_1, 6.0);
+    EXPECT_LT(narrow_per_wide_64, 5.0);
+    EXPECT_EQ(default_token_cost(16), 1);
+    EXPECT_EQ(default_token_cost(4), 64);
 }
 
 // The engine's per-step path (decode_schedule.h): re-cutting longer requests into a search's chunk

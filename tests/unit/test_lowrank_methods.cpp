@@ -126,10 +126,12 @@ TEST_P(lowrank, balanced_and_plain_schedules_agree) {
                                                        random_tokens(600, 23)};
     std::vector<std::vector<std::vector<int32_t>>> out;
     // The balanced schedule for the backend's concurrent tasks (workers=auto, the default), for 1 and
-    // 3 workers per compute unit (more, shorter tasks) and the plain one.
+    // 3 workers per compute unit (more, shorter tasks), with a large per-token cost (another cut) and
+    // the plain one.
     const std::vector<engine::method_options> schedules = {{{"schedule", "balanced"}},
                                                            {{"schedule", "balanced"}, {"workers", "1"}},
                                                            {{"schedule", "balanced"}, {"workers", "3"}},
+                                                           {{"schedule", "balanced"}, {"token_cost", "512"}},
                                                            {{"schedule", "plain"}}};
     for (engine::method_options o : schedules) {
         o["compression"] = "0.5";
@@ -315,6 +317,11 @@ TEST(lowrank_errors, bad_options_name_the_option) {
                            {"workers", "auto or an integer in [1, 16]"});
     test::expect_error(make({{"calib", f}, {"schedule", "plain"}, {"workers", "3"}}), status::invalid_argument,
                        {"workers", "schedule=balanced"});
+    for (const char * c : {"-1", "4097", "x", "64k"})
+        test::expect_error(make({{"calib", f}, {"token_cost", c}}), status::invalid_argument,
+                           {"token_cost", "auto or an integer in [0, 4096]"});
+    test::expect_error(make({{"calib", f}, {"schedule", "plain"}, {"token_cost", "64"}}), status::invalid_argument,
+                       {"token_cost", "schedule=balanced"});
     test::expect_error(make({{"calib", f}, {"prefill", "flash"}}), status::invalid_argument,
                        {"prefill=flash", "padded", "ragged"});
     test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});

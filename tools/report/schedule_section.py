@@ -16,6 +16,8 @@
   bench_ops_ragged_stepbound_ab_h200.csv  a6ba09c against the ragged decodes with loops unrolled to the task's head
                                 (commit column stepbound), two interleaved passes
   bench_ops_worker_scales4_h200.csv  those kernels cut for auto and 1-3 x SMs at batch 16, one run
+  bench_ops_token_cost_h200.csv  the balanced schedule's per-token cost c = 1 (rows without _tc) and 32, 64, 128,
+                                two passes of one binary
   bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (CUDA)
   bench_e2e_workers_ocl_h200.csv  the same on NVIDIA OpenCL (auto = 8 x the compute units), batches 1 and 4 at 4K
 Every number is read from those files; nothing is typed here.
@@ -34,21 +36,24 @@ E2E_TABLES = [
      "NVIDIA's OpenCL driver)."),
 ]
 E2E_SOURCES = tuple(name for name, _, _ in E2E_TABLES)
-_ROW = re.compile(r"decode_(lowrank_balanced|lowrank_plain|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?(p\d\d)$")
+_ROW = re.compile(r"decode_(lowrank_balanced|lowrank_plain|lowrank_q4_balanced|palu)_(?:x(\d+)_)?(?:w(\d)_)?"
+                  r"(?:tc(\d+)_)?(p\d\d)$")
 _PAGES = {"lowrank_balanced": "f16", "lowrank_plain": "f16, plain schedule", "lowrank_q4_balanced": "q4",
           "palu": "palu (f16 latent K)"}
 
 
-def _column(r, base, base_label):
-    """The table column of a balanced decode row: its binary, worker count and wave count."""
+def _column(r, base, base_label, auto_label):
+    """The table column of a balanced decode row: its binary, worker count, wave count and token cost."""
     m = _ROW.match(r["op"])
     if not m:
         return None, None
-    key = (_PAGES[m.group(1)], m.group(4), int(r["batch"]), int(r["context"]))
+    key = (_PAGES[m.group(1)], m.group(5), int(r["batch"]), int(r["context"]))
     if base and r["commit"].startswith(base):
         col = f"`{base}` {base_label}"
+    elif m.group(4):
+        col = f"c = {m.group(4)}"
     else:
-        col = (f"{m.group(2)}×SMs" if m.group(2) else "auto") + (f", w ≤ {m.group(3)}" if m.group(3) else "")
+        col = (f"{m.group(2)}×SMs" if m.group(2) else auto_label) + (f", w ≤ {m.group(3)}" if m.group(3) else "")
     return key, col
 
 
@@ -59,7 +64,7 @@ def mean_cell(v):
     return f"{sum(t for t, _ in v) / len(v):.4f} ({sum(f for _, f in v) / len(v):.2f})"
 
 
-def schedule_table(rows, base, title, caption, base_label="1×SMs"):
+def schedule_table(rows, base, title, caption, base_label="1×SMs", auto_label="auto"):
     """Mean time and fraction of copy per (pages, profile, batch, context) and column; the fp16 decode of
     the same runs in the last column."""
     cells, cols, fp16 = {}, [], {}
@@ -69,7 +74,7 @@ def schedule_table(rows, base, title, caption, base_label="1×SMs"):
         if r["op"] == "decode_fp16":
             fp16.setdefault((int(r["batch"]), int(r["context"])), []).append(float(r["time_ms"]))
             continue
-        key, col = _column(r, base, base_label)
+        key, col = _column(r, base, base_label, auto_label)
         if key is None:
             continue
         if col not in cols:
@@ -257,6 +262,17 @@ def schedule_section(data_dir):
             f"`{scales4[0]['commit']}` (the kernels of the table above), {scales4[0]['date'][:10]}, one run "
             "(`docs/data/bench_ops_worker_scales4_h200.csv`): the balanced schedule cut for auto (4 × 132 resident "
             "blocks) and for 1-3 × the SMs, batch 16. Cells: ms (fraction of copy).")
+    tcost = read_dicts(os.path.join(data_dir, "bench_ops_token_cost_h200.csv"))
+    if tcost:
+        out += schedule_table(
+            tcost, "", "### The balanced schedule's per-token cost (H200)",
+            f"`bench_ops --token-costs 1,32,64,128` ({tcost[0]['date'][:10]}, two passes, "
+            "`docs/data/bench_ops_token_cost_h200.csv`, mean; binary built from `fae32c8` plus the option): tasks "
+            "cost s_kv × (k_width + v_width + c); ZACK / FDC use c = 1. With c = 64 the q4 pages ran 5-13 % "
+            "faster at batch 16 from 32K (their rows cost little per channel next to a row's parameters, softmax "
+            "and addressing); the f16 pages moved by -4 to +11 %, no clear direction. The engine's default "
+            "(`token_cost=auto`) is since 64 for kv_bits=4 pages and 1 for f16 pages. Cells: ms (fraction of "
+            "copy).", auto_label="c = 1")
     out += _ocl_ragged(data_dir)
     for name, title, note in E2E_TABLES:
         out += e2e_workers_table(read_dicts(os.path.join(data_dir, name)), name, title, note)
