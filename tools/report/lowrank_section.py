@@ -26,6 +26,8 @@
   bench_e2e_combination_ranks_mma_h200.csv  the same after the tensor-core decode took every width, with none
                               (visit 42); _simt_: ranks 96 and 48 with KVCOMP_QUANT_DECODE=simt, same visit
   eval_lowrank_quant_cuda_h200.csv  measure_lowrank_quant.sh on CUDA with 32 examples (visit 39)
+  bench_e2e_ragged_kernels_h100.csv  kvcomp bench of fdc at p = 0.5 / 0.7 by 362aacb's and a later commit's binary,
+                              none once (visits 54, 54b; H100)
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -41,7 +43,8 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
            "eval_lowrank_quant_cuda_h200.csv", "bench_e2e_combination_ranks_mma_h200.csv",
-           "bench_e2e_combination_ranks_simt_h200.csv")  # kept out of the generic sections
+           "bench_e2e_combination_ranks_simt_h200.csv",
+           "bench_e2e_ragged_kernels_h100.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -492,6 +495,47 @@ def _worker_scales(rows):
     return out + [""]
 
 
+def _e2e_before_after(rows):
+    """TTFT and TBT per (method, compression, batch, prompt) for the two binaries of a kvcomp bench file (the one
+    that also ran none = after), none as the reference."""
+    if not rows:
+        return []
+    commits = commits_in_order(rows)
+    if len(commits) != 2:
+        return []
+    # The new binary also ran none (first); the old one only the method.
+    new = next(r["commit"] for r in rows if r["method"] == "none")
+    old = commits[1] if commits[0] == new else commits[0]
+    v = {}
+    for r in rows:
+        m = re.search(r"compression=([0-9.]+)", r["method_opts"])
+        key = (r["method"], m.group(1) if m else "", int(r["batch"]), int(r["context"]))
+        v[key + (r["commit"], r["metric"])] = float(r["value"])
+    out = ["### End to end before and after this session's ragged decode kernels (kvcomp bench, H100)", "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/"
+           "bench_e2e_ragged_kernels_h100.csv`; visits 54 and 54b in `docs/data/gpu_visits_2026-11-27.log`): fdc "
+           "calibrated on the random-weight model (8192 uniform token ids, removal rate 0), ranks re-chosen at load "
+           f"for compression p (random weights give every head the same rank); `{old}` (before the 4-block and "
+           f"unrolled ragged decodes) and `{new}`, one after the other, 16 generated tokens, one run per point; "
+           "none once, by the new binary. The 8 × 32K point does not fit this card's memory, so batch 4.", "",
+           "| method | p | batch | prompt | TTFT ms before | TTFT ms after | TBT ms before | TBT ms after | "
+           "TBT before / after | TBT / none's |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted({k[:4] for k in v}):
+        meth, p, b, ctx = key
+        none = v.get(("none", "", b, ctx, new, "tbt_ms"))
+        if meth == "none":
+            out.append(f"| none | | {b} | {ctx} | – | {v[key + (new, 'ttft_ms')]:.0f} | – | "
+                       f"{v[key + (new, 'tbt_ms')]:.2f} | – | 1.00 |")
+            continue
+        g = lambda c, met: v.get(key + (c, met))
+        if None in (g(old, "ttft_ms"), g(new, "ttft_ms"), g(old, "tbt_ms"), g(new, "tbt_ms")):
+            continue
+        out.append(f"| {meth} | {p} | {b} | {ctx} | {g(old, 'ttft_ms'):.0f} | {g(new, 'ttft_ms'):.0f} | "
+                   f"{g(old, 'tbt_ms'):.2f} | {g(new, 'tbt_ms'):.2f} | {g(old, 'tbt_ms') / g(new, 'tbt_ms'):.3f}× | "
+                   + (f"{g(new, 'tbt_ms') / none:.2f} |" if none else "– |"))
+    return out + [""]
+
+
 def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
@@ -503,6 +547,7 @@ def lowrank_section(data_dir, results):
     combo_ranks_tc = [r for r in results if r["source"] in ("bench_e2e_combination_ranks_mma_h200.csv",
                                                             "bench_e2e_combination_ranks_simt_h200.csv")]
     q4_cuda = [r for r in results if r["source"] == "eval_lowrank_q4_cuda.csv"]
+    e2e_kernels = [r for r in results if r["source"] == "bench_e2e_ragged_kernels_h100.csv"]
     lq = {name: [r for r in results if r["source"] == name] for name, _, _, _ in _LOWRANK_QUANT_TABLES}
     # Kernel runs, each with the fp16 decode of its own run: the low-rank kernels, and (a later visit)
     # the kv_bits=4 pages next to the fp16 low-rank pages.
@@ -520,7 +565,7 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
