@@ -180,6 +180,22 @@ _KERNEL_AB_TABLES = [
 ]
 
 
+# One binary's sweeps of the CUDA tensor-core ragged decodes: (file, title, caption, label of the rows without
+# a suffix); {commit}, {date} and {file} in a caption are filled from the file.
+_SWEEP_TABLES = [
+    ("bench_ops_worker_scales4_h200.csv", "### The balanced schedule's worker count at 4 blocks per SM (H200)",
+     "`{commit}` (the kernels of the table above), {date}, one run (`docs/data/{file}`): the balanced schedule cut "
+     "for auto (4 × 132 resident blocks) and for 1-3 × the SMs, batch 16. Cells: ms (fraction of copy).", "auto"),
+    ("bench_ops_token_cost_h200.csv", "### The balanced schedule's per-token cost (H200)",
+     "`bench_ops --token-costs 1,32,64,128` ({date}, two passes, `docs/data/{file}`, mean; binary built from "
+     "`fae32c8` plus the option): tasks cost s_kv × (k_width + v_width + c); ZACK / FDC use c = 1. With c = 64 the "
+     "q4 pages ran 5-13 % faster at batch 16 from 32K (their rows cost little per channel next to a row's "
+     "parameters, softmax and addressing); the f16 pages moved by -4 to +11 %, no clear direction. The engine's "
+     "default (`token_cost=auto`) is since 64 for kv_bits=4 pages and 1 for f16 pages. Cells: ms (fraction of "
+     "copy).", "c = 1"),
+]
+
+
 def _ocl_ragged(data_dir):
     out = []
     for name, title, caption, ab in _OCL_TABLES:
@@ -255,24 +271,11 @@ def schedule_section(data_dir):
             prev = commits_in_order(rows)[0]
             text = caption.format(prev=prev, date=rows[0]["date"][:10], file=name)
             out += schedule_table(rows, prev, title, text, base_label="auto")
-    scales4 = read_dicts(os.path.join(data_dir, "bench_ops_worker_scales4_h200.csv"))
-    if scales4:
-        out += schedule_table(
-            scales4, "", "### The balanced schedule's worker count at 4 blocks per SM (H200)",
-            f"`{scales4[0]['commit']}` (the kernels of the table above), {scales4[0]['date'][:10]}, one run "
-            "(`docs/data/bench_ops_worker_scales4_h200.csv`): the balanced schedule cut for auto (4 × 132 resident "
-            "blocks) and for 1-3 × the SMs, batch 16. Cells: ms (fraction of copy).")
-    tcost = read_dicts(os.path.join(data_dir, "bench_ops_token_cost_h200.csv"))
-    if tcost:
-        out += schedule_table(
-            tcost, "", "### The balanced schedule's per-token cost (H200)",
-            f"`bench_ops --token-costs 1,32,64,128` ({tcost[0]['date'][:10]}, two passes, "
-            "`docs/data/bench_ops_token_cost_h200.csv`, mean; binary built from `fae32c8` plus the option): tasks "
-            "cost s_kv × (k_width + v_width + c); ZACK / FDC use c = 1. With c = 64 the q4 pages ran 5-13 % "
-            "faster at batch 16 from 32K (their rows cost little per channel next to a row's parameters, softmax "
-            "and addressing); the f16 pages moved by -4 to +11 %, no clear direction. The engine's default "
-            "(`token_cost=auto`) is since 64 for kv_bits=4 pages and 1 for f16 pages. Cells: ms (fraction of "
-            "copy).", auto_label="c = 1")
+    for name, title, caption, auto_label in _SWEEP_TABLES:
+        rows = read_dicts(os.path.join(data_dir, name))
+        if rows:
+            text = caption.format(commit=rows[0]["commit"], date=rows[0]["date"][:10], file=name)
+            out += schedule_table(rows, "", title, text, auto_label=auto_label)
     out += _ocl_ragged(data_dir)
     for name, title, note in E2E_TABLES:
         out += e2e_workers_table(read_dicts(os.path.join(data_dir, name)), name, title, note)
