@@ -16,6 +16,7 @@
   bench_ops_ragged_stepbound_ab_h200.csv  a6ba09c against the ragged decodes with loops unrolled to the task's head
                                 (commit column stepbound), two interleaved passes
   bench_ops_worker_scales4_h200.csv  those kernels cut for auto and 1-3 x SMs at batch 16, one run
+  bench_ops_ragged_copy_unroll_h200.csv  aed5df9 against the staging loop unrolled (copyunroll; not kept), two passes
   bench_ops_token_cost_h200.csv  the balanced schedule's per-token cost c = 1 (rows without _tc) and 32, 64, 128,
                                 two passes of one binary
   bench_e2e_workers_h100.csv    kvcomp bench, fdc p = 0.5 at Llama-3-8B shapes: workers=1 and workers=auto (CUDA)
@@ -177,6 +178,13 @@ _KERNEL_AB_TABLES = [
      "unrolled to 2, 4 or 8 16-channel steps as its head needs (the larger of its K' and V' steps), not to the "
      "widest head's 8 with a guard per step; q4 pages alike. Both at 4 blocks per SM and workers=auto. Cells: ms "
      "(fraction of copy)."),
+    ("bench_ops_ragged_copy_unroll_h200.csv",
+     "### Experiment, not kept: the ragged decode's staging loop unrolled (H200, interleaved A/B)",
+     "Two passes of each binary, one after the other (`{date}`, `docs/data/{file}`, mean of the two): `{prev}`'s "
+     "kernels against an uncommitted variant (commit column `copyunroll`) whose per-lane 16-byte copies of a page "
+     "run loop over a pass count fixed per stream, unrolled by 4, instead of testing the row per copy (visit 56's "
+     "SASS had a 12-instruction loop body per copy). 0.98-1.01× everywhere: not kept. Cells: ms (fraction of "
+     "copy)."),
 ]
 
 
