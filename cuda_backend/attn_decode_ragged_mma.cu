@@ -9,10 +9,12 @@
 // balanced ~50 % ranks). Here a 16-token tile costs one ldmatrix and one mma per 16 channels of
 // K' and of V', plus one softmax step per lane.
 //
-// Kernel attn_decode_ragged_mma_kernel<W>: one block of 4 warps per (schedule row, chunk of 4 query
-//   heads); W = 64 or 128, the widths it is compiled for. Each warp streams its own tiles
-//   (ragged_stream.cuh, padded rows: 8 rows at one column in 8 bank groups) and runs every 16-row
-//   step of a tile itself; warps merge through shared memory at the end, as the SIMT kernel.
+// Kernel attn_decode_ragged_mma_kernel<W, SB>: one block of 4 warps per (schedule row, chunk of 4 query
+//   heads); W = 64 or 128, the widths it is compiled for; SB = bytes of a warp's ring stage (7 KiB: 4
+//   blocks per SM, 9 KiB: 3; kSmallStage). Each warp streams its own tiles (ragged_stream.cuh, padded
+//   rows: 8 rows at one column in 8 bank groups) and runs every 16-row step of a tile itself, its
+//   loops unrolled to the task's head (step_bound); warps merge through shared memory at the end, as
+//   the SIMT kernel.
 // Scores (decode_mma.cuh): S^T = K' Q'^T with M = 16 tile rows (ldmatrix.x4 of K' rows: A
 //   fragments directly), N = 8 = (hi, lo) of q for 4 heads (B fragments built once per block, in
 //   registers), K = 16 channels per step. A head whose width is not a multiple of 16 has a last
