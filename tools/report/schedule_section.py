@@ -192,8 +192,9 @@ _KERNEL_AB_TABLES = [
 # a suffix); {commit}, {date} and {file} in a caption are filled from the file.
 _SWEEP_TABLES = [
     ("bench_ops_worker_scales4_h200.csv", "### The balanced schedule's worker count at 4 blocks per SM (H200)",
-     "`{commit}` (the kernels of the table above), {date}, one run (`docs/data/{file}`): the balanced schedule cut "
-     "for auto (4 × 132 resident blocks) and for 1-3 × the SMs, batch 16. Cells: ms (fraction of copy).", "auto"),
+     "`{commit}` (the kernels of `3337129`, \"unrolled to the task's head\" above), {date}, one run "
+     "(`docs/data/{file}`): the balanced schedule cut for auto (4 × 132 resident blocks) and for 1-3 × the SMs, "
+     "batch 16. Cells: ms (fraction of copy).", "auto"),
     ("bench_ops_token_cost_h200.csv", "### The balanced schedule's per-token cost (H200)",
      "`bench_ops --token-costs 1,32,64,128` ({date}, two passes, `docs/data/{file}`, mean; binary built from "
      "`fae32c8` plus the option): tasks cost s_kv × (k_width + v_width + c); ZACK / FDC use c = 1. With c = 64 the "
