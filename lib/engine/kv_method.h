@@ -171,5 +171,8 @@ private:
 // or an option the method does not know.
 std::unique_ptr<kv_method> create_kv_method(const std::string & name, const method_options & options);
 std::vector<std::string> kv_method_names();
+// The method in a sentence and its options with their defaults (kvcomp methods); throws
+// invalid_argument naming the valid methods for an unknown name.
+std::string kv_method_help(const std::string & name);
 
 }  // namespace kvcomp::engine

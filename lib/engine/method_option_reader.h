@@ -14,7 +14,12 @@ class option_reader {
   public:
     option_reader(std::string method, const method_options & o) : method_(std::move(method)), opts_(o) {}
 
-    bool has(const std::string & key) const { return opts_.count(key) > 0; }
+    // Whether the key was given. Counts the key as one of the method's options (finish lists them), so
+    // read it too when it was given.
+    bool has(const std::string & key) {
+        seen_.insert(key);
+        return opts_.count(key) > 0;
+    }
     // An integer in [lo, hi], or def when the key is absent.
     int64_t integer(const std::string & key, int64_t def, int64_t lo, int64_t hi);
     // A number in [lo, hi], or def when the key is absent.

@@ -14,5 +14,6 @@ int run_eval(int argc, char ** argv);
 int run_sweep(int argc, char ** argv);
 int run_calibrate(int argc, char ** argv);
 int run_ratesearch(int argc, char ** argv);
+int run_methods(int argc, char ** argv);
 
 }  // namespace kvcomp::cli

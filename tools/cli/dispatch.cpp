@@ -21,7 +21,8 @@ void print_usage(FILE * out) {
                  "  eval        a task's score with a KV method next to the uncompressed score, KV bytes, ratio\n"
                  "  sweep       methods x settings x tasks x contexts into one CSV, resumable\n"
                  "  calibrate   per-head bases and ranks of ZACK / FDC / Palu into a calibration file\n"
-                 "  ratesearch  the largest ZACK / FDC / Palu compression keeping 99%% of the uncompressed score\n\n"
+                 "  ratesearch  the largest ZACK / FDC / Palu compression keeping 99%% of the uncompressed score\n"
+                 "  methods     the KV cache methods and their options (--method, --method-opt)\n\n"
                  "environment: KVCOMP_BACKEND picks the default backend (cpu, opencl:N, cuda:N)\n");
 }
 
@@ -46,6 +47,7 @@ int dispatch(int argc, char ** argv) {
     if (cmd == "sweep") return run_sweep(argc - 1, argv + 1);
     if (cmd == "calibrate") return run_calibrate(argc - 1, argv + 1);
     if (cmd == "ratesearch") return run_ratesearch(argc - 1, argv + 1);
+    if (cmd == "methods") return run_methods(argc - 1, argv + 1);
     std::fprintf(stderr, "kvcomp: unknown command '%s'\n\n", cmd.c_str());
     print_usage(stderr);
     return 2;

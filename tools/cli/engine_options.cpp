@@ -10,8 +10,9 @@ void add_engine_options(po::options_description & desc) {
     desc.add_options()("model,m", po::value<std::string>(), "model directory (config.json + *.safetensors + tokenizer)")(
         "backend,b", po::value<std::string>()->default_value("default"),
         "cpu, opencl[:N], cuda[:N] or default ($KVCOMP_BACKEND, else the best available; see kvcomp info)")(
-        "method", po::value<std::string>()->default_value("none"), ("KV cache method: " + methods).c_str())(
-        "method-opt", po::value<std::vector<std::string>>()->composing(), "method option KEY=VALUE (repeatable)")(
+        "method", po::value<std::string>()->default_value("none"), ("KV cache method: " + methods + " (kvcomp methods describes them)").c_str())(
+        "method-opt", po::value<std::vector<std::string>>()->composing(),
+        "method option KEY=VALUE (repeatable; kvcomp methods NAME lists a method's options and defaults)")(
         "weights", po::value<std::string>()->default_value("f16"),
         "storage of the linear layers' weights on the device: f16 or f32")(
         "activations", po::value<std::string>()->default_value("f16"),
