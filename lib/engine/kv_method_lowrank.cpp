@@ -300,10 +300,7 @@ class lowrank_method : public kv_method {
             const size_t b = size_t(s.host_batch_idx[t]);
             lens[b] = std::max<int64_t>(lens[b], int64_t(s.host_positions[t]) + 1);
         }
-        hl::decode_schedule_options opt;
-        opt.policy = c_.balanced_schedule ? hl::decode_policy::balanced : hl::decode_policy::plain;
-        opt.stats = false;
-        opt.token_cost = c_.token_cost >= 0 ? c_.token_cost : hl::default_token_cost(c_.kv_bits);
+        hl::decode_schedule_options opt = decode_schedule_options_for(c_);
         std::vector<int32_t> host;
         sched_.resize(plan_.layers.size());
         for (size_t l = 0; l < plan_.layers.size(); ++l) {
@@ -380,6 +377,14 @@ class lowrank_method : public kv_method {
 };
 
 }  // namespace
+
+host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank_method_config & c) {
+    host::lowrank::decode_schedule_options opt;
+    opt.policy = c.balanced_schedule ? host::lowrank::decode_policy::balanced : host::lowrank::decode_policy::plain;
+    opt.stats = false;
+    opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
+    return opt;
+}
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg) {
     return std::make_unique<lowrank_method>(cfg);

@@ -48,6 +48,7 @@
 
 #include "engine/kv_method.h"
 #include "engine/lowrank_layout.h"
+#include "host/lowrank/decode_schedule.h"
 
 namespace kvcomp::engine {
 
@@ -77,5 +78,11 @@ struct lowrank_method_config {
 };
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg);
+// The options of zack / fdc / palu ("--method-opt key=value", kv_method_lowrank_options.cpp), checked;
+// throws invalid_argument naming the option.
+lowrank_method_config lowrank_config_from(host::lowrank::lowrank_method m, const method_options & o);
+// The decode schedule a method of this config builds each step (policy and per-token cost; the
+// workers are the backend's), token_cost=auto resolved for its page format.
+host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank_method_config & c);
 
 }  // namespace kvcomp::engine

@@ -40,7 +40,9 @@ namespace {
 
 namespace hl = host::lowrank;
 
-std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) {
+}  // namespace
+
+lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_options & o) {
     const std::string name = hl::lowrank_method_name(m);
     option_reader r(name, o);
     lowrank_method_config c;
@@ -52,23 +54,9 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     c.choice.rank_multiple = r.integer("rank_multiple", 16, 1, max_ragged_width);
     c.balanced_schedule = r.word("schedule", "balanced", {"balanced", "plain"}) == "balanced";
     const bool workers_given = r.has("workers");
-    const std::string workers = r.text("workers", "auto");
-    if (workers != "auto") {
-        char * end = nullptr;
-        const long v = std::strtol(workers.c_str(), &end, 10);
-        KVCOMP_CHECK_ARG(*end == '\0' && v >= 1 && v <= 16, "method ", name, ": option workers=", workers,
-                         " must be auto or an integer in [1, 16]");
-        c.worker_scale = int(v);
-    }
+    c.worker_scale = int(r.auto_or_integer("workers", 1, 16).value_or(0));
     const bool token_cost_given = r.has("token_cost");
-    const std::string token_cost = r.text("token_cost", "auto");
-    if (token_cost != "auto") {
-        char * end = nullptr;
-        const long v = std::strtol(token_cost.c_str(), &end, 10);
-        KVCOMP_CHECK_ARG(!token_cost.empty() && *end == '\0' && v >= 0 && v <= 4096, "method ", name,
-                         ": option token_cost=", token_cost, " must be auto or an integer in [0, 4096]");
-        c.token_cost = v;
-    }
+    c.token_cost = r.auto_or_integer("token_cost", 0, 4096).value_or(-1);
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
@@ -102,7 +90,13 @@ std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) 
     KVCOMP_CHECK_ARG(
         !multiple_given || c.choice.removal_rate || c.choice.compression, "method ", name,
         ": rank_multiple only applies when ranks are re-chosen (with removal_rate or compression)");
-    return make_lowrank_method(c);
+    return c;
+}
+
+namespace {
+
+std::unique_ptr<kv_method> make(hl::lowrank_method m, const method_options & o) {
+    return make_lowrank_method(lowrank_config_from(m, o));
 }
 
 }  // namespace

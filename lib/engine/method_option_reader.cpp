@@ -46,6 +46,16 @@ std::string option_reader::text(const std::string & key, const std::string & def
     return it->second;
 }
 
+std::optional<int64_t> option_reader::auto_or_integer(const std::string & key, int64_t lo, int64_t hi) {
+    const std::string v = text(key, "auto");
+    if (v == "auto") return std::nullopt;
+    char * end = nullptr;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    KVCOMP_CHECK_ARG(*end == '\0' && n >= lo && n <= hi, "method ", method_, ": option ", key, "=", v,
+                     " must be auto or an integer in [", lo, ", ", hi, "]");
+    return n;
+}
+
 void option_reader::finish() const {
     for (const auto & kv : opts_) {
         if (seen_.count(kv.first)) continue;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -28,6 +29,8 @@ class option_reader {
     std::string word(const std::string & key, const std::string & def, const std::set<std::string> & allowed);
     // Any non-empty text, or def when the key is absent.
     std::string text(const std::string & key, const std::string & def);
+    // "auto" or an integer in [lo, hi]: nothing for auto and when the key is absent.
+    std::optional<int64_t> auto_or_integer(const std::string & key, int64_t lo, int64_t hi);
     // Throws invalid_argument for a key none of the calls above read, listing the method's options.
     void finish() const;
 

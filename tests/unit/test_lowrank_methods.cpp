@@ -24,6 +24,7 @@
 
 #include "engine/calibrate.h"
 #include "engine/engine.h"
+#include "engine/kv_method_lowrank.h"
 #include "host/lowrank/calibration_file.h"
 #include "host/lowrank/rate_search.h"
 #include "support/backends.h"
@@ -296,6 +297,24 @@ TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
             engine::engine e(config("cpu", "fdc", {{"calib", zack_file}}));
         },
         status::invalid_argument, {zack_file, "zack"});
+}
+
+// The options as the engine's per-step schedule gets them: token_cost=auto resolves per page format
+// (1 for f16 pages, 64 for kv_bits=4), a given N is kept, and schedule=plain is the plain policy.
+TEST(lowrank_options, token_cost_and_policy_reach_the_decode_schedule) {
+    auto opts = [](engine::method_options o) {
+        o["calib"] = "any.safetensors";  // parsing only: the file is opened when the method loads
+        return engine::decode_schedule_options_for(engine::lowrank_config_from(hl::lowrank_method::fdc, o));
+    };
+    EXPECT_EQ(opts({}).token_cost, 1);
+    EXPECT_EQ(opts({}).policy, hl::decode_policy::balanced);
+    EXPECT_EQ(opts({{"kv_bits", "4"}}).token_cost, 64);
+    EXPECT_EQ(opts({{"token_cost", "auto"}, {"kv_bits", "4"}}).token_cost, 64);
+    EXPECT_EQ(opts({{"token_cost", "512"}}).token_cost, 512);
+    EXPECT_EQ(opts({{"token_cost", "0"}, {"kv_bits", "4"}}).token_cost, 0);
+    EXPECT_EQ(opts({{"schedule", "plain"}}).policy, hl::decode_policy::plain);
+    EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}, {"workers", "3"}}).worker_scale, 3);
+    EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).worker_scale, 0);
 }
 
 TEST(lowrank_errors, bad_options_name_the_option) {
