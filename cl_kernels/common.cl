@@ -9,6 +9,8 @@
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
 //   - kvc_ragged_task_output(): the end of a ragged decode task (attn_decode_ragged, its q4 pages);
+//   - kvc_clear_max() / kvc_propose_max() / kvc_take_max(): the decode kernels' lazily moved running
+//     maximum of the online softmax, proposed through local atomics;
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones.
@@ -54,19 +56,58 @@ inline ushort kvc_f32_to_bf16(float f) {
 #define KVC_LDA4_1(p, i) vloada_half4((i), (p))
 #define KVC_LOADA4(dt, p, i) KVC_CAT(KVC_LDA4_, dt)(p, i)
 
-// The maximum of each head's scores over a tile: s4 holds tn rows of gbp floats ([token][head],
-// gbp a multiple of 4, as float4). The decode kernels call it with their compile-time GBP, so the
-// loops are fully known after inlining.
-inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
-    for (int g = 0; g < gbp; ++g) mt[g] = -INFINITY;
-    for (int j = 0; j < tn; ++j)
-        for (int k = 0; k < gbp / 4; ++k) {
-            const float4 v = s4[j * (gbp / 4) + k];
-            mt[4 * k] = fmax(mt[4 * k], v.x);
-            mt[4 * k + 1] = fmax(mt[4 * k + 1], v.y);
-            mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
-            mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
-        }
+// The running maximum of the decode kernels' online softmax (attn_decode, attn_decode_quant,
+// attn_decode_ragged and its q4 pages), moved lazily. Each head's running max m (log2 units, the same
+// in every work-item) moves only when a score of the tile exceeds it by more than KVC_LAZY_MAX; then
+// it becomes the tile's maximum. So weights exp2(s - m) stay below 2^KVC_LAZY_MAX, which fp32 sums
+// hold at full relative precision; the kernels divide by l at the end and the merges take (m, l)
+// pairs with any m, so results do not depend on which m was used.
+//   Why: phase 2 used to scan the whole tile in every work-item (tn local loads and GBP * tn fmax
+//   each, for NT = 64 more instructions than a 64-wide head's scores). Now a work-item whose score
+//   exceeds the bound proposes it with a local atomic max into its head's slot (kvc_propose_max,
+//   before the barrier that ends phase 1); after that barrier every work-item reads the GB slots
+//   (kvc_take_max). The first tile proposes every token, later ones rarely any.
+//   Slots: `local int slots[2 * GB]`, one set per tile parity. kvc_take_max of tile i resets the set
+//   tile i + 1 proposes into; it was last read in tile i - 1's phase 2, before a barrier of that tile,
+//   and is next written after tile i's last barrier. Both sets start empty (kvc_clear_max before the
+//   first barrier).
+#define KVC_LAZY_MAX 8.0f
+#define KVC_NO_MAX INT_MIN  // a slot without a proposal
+
+// Order-preserving map of floats to ints (negative floats have their magnitude bits flipped), so
+// that atomic_max on the keys is a max on the scores.
+inline int kvc_max_key(float x) {
+    const int i = as_int(x);
+    return i >= 0 ? i : i ^ 0x7fffffff;
+}
+inline float kvc_max_of_key(int k) { return as_float(k >= 0 ? k : k ^ 0x7fffffff); }
+
+// Empties both slot sets: work-items 0 .. 2 * gb - 1, before a barrier that precedes the first tile.
+inline void kvc_clear_max(local int * slots, int gb) {
+    const int tid = get_local_id(0);
+    if (tid < 2 * gb) slots[tid] = KVC_NO_MAX;
+}
+
+// Phase 1's end: this work-item's scores s that exceed m + KVC_LAZY_MAX into the slots of tile `it`.
+inline void kvc_propose_max(local int * slots, int it, const float * s, const float * m, int gb) {
+    local int * mine = slots + (it & 1) * gb;
+    for (int g = 0; g < gb; ++g)
+        if (s[g] > m[g] + KVC_LAZY_MAX) atomic_max(mine + g, kvc_max_key(s[g]));
+}
+
+// Phase 2's start (after the barrier): each head's new running max in m and the factor alpha that
+// rescales what was summed with the old one (1 where m stays; 0 on the first tile, m = -inf); resets
+// the next tile's slots.
+inline void kvc_take_max(local int * slots, int it, float * m, float * alpha, int gb) {
+    const local int * mine = slots + (it & 1) * gb;
+    for (int g = 0; g < gb; ++g) {  // gb is the caller's constant once inlined
+        const int k = mine[g];
+        const float mn = k == KVC_NO_MAX ? m[g] : kvc_max_of_key(k);
+        alpha[g] = k == KVC_NO_MAX ? 1.0f : exp2(m[g] - mn);
+        m[g] = mn;
+    }
+    const int tid = get_local_id(0);
+    if (tid < gb) slots[((it & 1) ^ 1) * gb + tid] = KVC_NO_MAX;
 }
 
 // The decode task a ragged work-group runs (host/lowrank/decode_schedule.h): its schedule row
