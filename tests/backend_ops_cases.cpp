@@ -380,6 +380,7 @@ std::string attn_decode_case::vars() const {
     os << "batch=" << batch_ << ",q_heads=" << s_.n_q_heads << ",kv_heads=" << s_.n_kv_heads
        << ",hd=" << s_.head_dim << ",page=" << s_.page_size << ",lens=" << join(s_.lens)
        << ",splits=" << (s_.n_splits ? std::to_string(s_.n_splits) : std::string("auto"));
+    if (s_.key_ramp > 0.0f) os << ",key_ramp=" << s_.key_ramp;
     return os.str();
 }
 uint64_t attn_decode_case::bytes() const {
@@ -400,6 +401,18 @@ void attn_decode_case::init(test_rng & rng) {
     fill_i32(tensors_[3], pt.indptr);
     fill_i32(tensors_[4], indices);
     fill_i32(tensors_[5], pt.last_page_len);
+    if (s_.key_ramp > 0.0f)  // decode_spec::key_ramp
+        for (size_t b = 0; b < s_.lens.size(); ++b) {
+            for (int64_t h = 0; h < s_.n_q_heads; ++h)
+                set_float(tensors_[0], (int64_t(b) * s_.n_q_heads + h) * s_.head_dim, 2.0f);
+            for (int64_t p = 0; p < s_.lens[b]; ++p) {
+                const int64_t page = pt.indices[size_t(pt.indptr[b] + p / s_.page_size)];
+                for (int64_t h = 0; h < s_.n_kv_heads; ++h) {
+                    const int64_t e = ((page * s_.n_kv_heads + h) * s_.page_size + p % s_.page_size) * s_.head_dim;
+                    set_float(tensors_[1], e, get_float(tensors_[1], e) + s_.key_ramp * float(p));
+                }
+            }
+        }
     // Slots past a request's last token and pages no request owns: K = 0 gives them an ordinary
     // score and V = 3e4 makes any weight they get visible in the output.
     std::vector<uint8_t> used(size_t(n_pages_ * s_.page_size), 0);

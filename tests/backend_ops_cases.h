@@ -133,6 +133,11 @@ struct decode_spec {
     std::vector<int64_t> lens;  // one per request; 0 allowed
     int32_t n_splits = 0;
     int64_t extra_pages = 3;  // unused pages in the pool besides the requests' pages
+    // > 0: channel 0 of every query is 2 and channel 0 of the key at request position p gets
+    // key_ramp * p added, so each row's scores climb along its keys (2 key_ramp scale log2(e) log2
+    // units per key): steep enough, a kernel whose running maximum stopped moving after its first
+    // tile overflows (exp2 of more than 128) instead of passing.
+    float key_ramp = 0.0f;
 };
 case_ptr make_attn_decode_case(const decode_spec & spec);
 // KV bytes a decode case reads (the K and V of every cached token).

@@ -172,6 +172,15 @@ void full_list(list & l) {
     l.add<attn_decode_case>(decode(4, 1, 64, 1, {15, 1, 17}, 0));
     l.add<attn_decode_case>(decode(8, 8, 128, 16, {257, 15, 1}, 7));
     l.add<attn_decode_case>(decode(16, 2, 128, 32, {1, 15, 17}, 3));
+    // Scores climbing by 0.26 log2 units per key (decode_spec::key_ramp), ~250 over the 1000-token
+    // row that one split takes whole: the running max must keep moving (a lazily moved one, too).
+    {
+        decode_spec s = decode(32, 8, 128, 16, {1000, 300}, 1);
+        s.key_ramp = 1.0f;
+        l.add<attn_decode_case>(s);
+        s.n_splits = 0;
+        l.add<attn_decode_case>(s);
+    }
 
     l.add<attn_prefill_case>(std::vector<int64_t>{17}, int64_t(4), int64_t(4), int64_t(64));
     l.add<attn_prefill_case>(std::vector<int64_t>{15, 1, 33}, int64_t(8), int64_t(2), int64_t(128));

@@ -587,6 +587,12 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<ragged_decode_case>(s, false));
             s.bits = 4;
             add(std::make_unique<ragged_decode_case>(s, false));
+            // Keys up to 201x: scores climb by hundreds of log2 units within a task, so a running max
+            // that stopped moving after the task's first tile would overflow.
+            s.key_ramp = 200.0;
+            add(std::make_unique<ragged_decode_case>(s, false));
+            s.bits = 16;
+            add(std::make_unique<ragged_decode_case>(s, false));
         }
         add(std::make_unique<ragged_decode_case>(rs({16}, {16}, 8, {0, 0}), false));
         // Widths that are multiples of 8 but not 16 (the CUDA tensor-core kernel copies them in

@@ -609,6 +609,13 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
                 quant_spec z = spec(zipcache_layout(2, 96), 8, {12, 9}, {0, 16}, 16);
                 z.key_ramp = 9.0f;  // 2 * 9 * 4 * log2(e) / sqrt(96) = 10.6
                 add(std::make_unique<attn_decode_quant_case>(z));
+                // Steeper (~25 log2 units per block for KIVI over its 40 blocks, ~175 for ZipCache over
+                // its 12, whose splits are a block or two): a running max that stopped moving after a
+                // work-group's first tile would overflow.
+                k.key_ramp = 100.0f;
+                add(std::make_unique<attn_decode_quant_case>(k));
+                z.key_ramp = 600.0f;
+                add(std::make_unique<attn_decode_quant_case>(z));
             }
         }
         // probe_scores: token-major f32 prompt keys and f16 ring windows, with and without lse.
