@@ -11,9 +11,8 @@
 //          pre-scaled by scale * log2(e), so the softmax uses exp2);
 //       2. the online-softmax update: the running max m moves only when a score of the tile
 //          exceeds it by more than KVC_LAZY_MAX (common.cl: such work-items propose their score with
-//          a local atomic max at the end of 1b; only a split's first tile is scanned, and no
-//          reduction tree or extra barrier is needed); rescale alpha = exp2(m_old - m_new),
-//          probabilities p = exp2(s - m) to local memory;
+//          a local atomic max at the end of 1b; no scan of the tile, no reduction tree, no extra
+//          barrier); rescale alpha = exp2(m_old - m_new), probabilities p = exp2(s - m) to local memory;
 //       3. work-items become (token slot, lane): lane l owns features [l*VEC, (l+1)*VEC), so the
 //          lanes of a slot read one V row with contiguous vector loads (V_UNROLL rows in flight),
 //          accumulating p * v for the GB heads over the tile tokens of their slot.
@@ -88,16 +87,14 @@ void kvc_attn_decode_split(global const float * q, ulong q_off, global const hal
                            ulong last_len_off, global float * out, ulong out_off, global float * part,
                            ulong ml_off, int n_kv_heads, int n_q_heads, int n_splits, int chunk, float qscale) {
     local float4 q4[GB * HD4];
-    local float4 s4[NT * GBP / 4];  // scores of a first tile, [token][head]
     local float4 p4[NT * GBP / 4];  // probabilities of the tile, [token][head]
-    local int mx_l[2 * GB];         // the running max's proposals (kvc_offer_scores)
+    local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
     local float4 o4[TPV * HD4];     // slot accumulators at the end
     local float lsum_l[TPV];
     local ulong row_l[2 * NT];      // element offset of each token's row in the pools: this tile, next
 #if K_STAGE
     local kvc_raw k_l[NT * KROWV];  // K rows of the tile (fp16 bits)
 #endif
-    local float * s_l = (local float *)s4;
     local float * p_l = (local float *)p4;
 
     const int tid = get_local_id(0);
@@ -194,12 +191,12 @@ void kvc_attn_decode_split(global const float * q, ulong q_off, global const hal
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * HD4, c);
             }
         }
-        kvc_offer_scores(mx_l, it, s_l + tid * GBP, s, m_run, GB);
+        kvc_propose_max(mx_l, it, s, m_run, GB);
         if (tid < t_end - t0 - NT && tid < NT) next_rows[tid] = KVC_ROW(t0 + NT + tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update
         float alpha[GB];
-        kvc_take_max(mx_l, it, s4, tn, GBP, m_run, alpha, GB);
+        kvc_take_max(mx_l, it, m_run, alpha, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) p_l[tid * GBP + g] = exp2(s[g] - m_run[g]);
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -14,8 +14,8 @@
 //          channels per float4: code * kstep + kmin) and computes its GB scores against q in local
 //          memory (pre-scaled by scale * log2(e), so the softmax uses exp2);
 //       2. the online-softmax update with the lazily moved running max m of common.cl (work-items
-//          whose score exceeds m by more than KVC_LAZY_MAX propose it with a local atomic max; the
-//          split's first tile is scanned; rescale alpha, probabilities p to local memory);
+//          whose score exceeds m by more than KVC_LAZY_MAX propose it with a local atomic max;
+//          rescale alpha, probabilities p to local memory);
 //       3. work-items become (token slot, lane): lane l owns channels [4l, 4l + 4), whose codes
 //          sit in one 32-bit word of the value row; it dequantizes them
 //          ((code * vstep + vmin) * vscale) and accumulates p * v for the GB heads over its slot's
@@ -44,23 +44,21 @@
 #define BLK_V4 (QB_HEAD_BYTES / 16)
 
 // Softmax state of the work-item: per head running max (log2 domain), sum and value accumulator;
-// the tile count picks the running max's slot set (common.cl, kvc_offer_scores).
+// the tile count picks the running max's slot set (common.cl, kvc_propose_max).
 typedef struct {
     float m[GB], l[GB];
     float4 acc[GB];
     int tile;
 } kvc_state;
 
-// Phase 2 for a tile of tn >= 1 tokens given this work-item's scores s (-inf past tn); ends with the
-// probabilities in p_l and the state rescaled to the new running max. mx_l: the max slots, s4: the
-// scores of a first tile.
-inline void kvc_softmax_tile(const float * s, int tn, local int * mx_l, local float4 * s4, local float * p_l,
-                             kvc_state * st) {
+// Phase 2 for a tile given this work-item's scores s (-inf past the tile's tokens); ends with the
+// probabilities in p_l and the state rescaled to the new running max. mx_l: the max slots.
+inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_l, kvc_state * st) {
     const int tid = get_local_id(0);
-    kvc_offer_scores(mx_l, st->tile, (local float *)s4 + tid * GBP, s, st->m, GB);
+    kvc_propose_max(mx_l, st->tile, s, st->m, GB);
     barrier(CLK_LOCAL_MEM_FENCE);
     float alpha[GB];
-    kvc_take_max(mx_l, st->tile, s4, tn, GBP, st->m, alpha, GB);
+    kvc_take_max(mx_l, st->tile, st->m, alpha, GB);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
         st->l[g] *= alpha[g];
@@ -90,7 +88,7 @@ inline float4 kvc_codes4(uint w, int shift, int bits) {
 // One segment of a staged block: n tokens, tiles of NT.
 inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, int vmin_off, int vstep_off,
                               int kcodes_off, int vcodes_off, int n, float4 vsc, local const float4 * q4,
-                              local int * mx_l, local float4 * s4, local float * p_l, kvc_state * st) {
+                              local int * mx_l, local float * p_l, kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
     const int rb = QB_HD * bits / 8, cpw = 32 / bits;  // code row bytes, codes per 32-bit word
     local const half * kmin = (local const half *)seg;
@@ -115,7 +113,7 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
                 }
             }
         }
-        kvc_softmax_tile(s, tn, mx_l, s4, p_l, st);
+        kvc_softmax_tile(s, mx_l, p_l, st);
         // 3. values: lane's 4 channels of the slot's tokens
         if (slot < TPV) {
             const int bit = lane * 4 * bits;
@@ -141,9 +139,11 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
 
 // The fp16 window: len tokens at ring slots (start + j) % win_tokens of rows wk / wv (this head).
 inline void kvc_window(global const half * wk, global const half * wv, int start, int len, int win_tokens,
-                       local const float4 * q4, local int * mx_l, local float4 * s4, local float * p_l,
-                       kvc_state * st) {
+                       local const float4 * q4, local int * mx_l, local float * p_l, kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
+    // Publishes q4 and the max slots where no block came first (a split of the window alone would
+    // read q before every work-item wrote it); costs one barrier per request and KV head.
+    barrier(CLK_LOCAL_MEM_FENCE);
     for (int t0 = 0; t0 < len; t0 += NT) {
         const int tn = min(NT, len - t0);
         float s[GB];
@@ -157,7 +157,7 @@ inline void kvc_window(global const half * wk, global const half * wv, int start
                 for (int g = 0; g < GB; ++g) s[g] += dot(kd, q4[g * HD4 + c4]);
             }
         }
-        kvc_softmax_tile(s, tn, mx_l, s4, p_l, st);
+        kvc_softmax_tile(s, mx_l, p_l, st);
         if (slot < TPV)
             for (int j = slot; j < tn; j += TPV)
                 kvc_accumulate(st, p_l, j, vload_half4(lane, wv + (ulong)((start + t0 + j) % win_tokens) * QB_HD));
@@ -172,9 +172,8 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
                           int n_q_heads, int n_slots, int n_win_rows, int win_tokens, int n_splits, int chunk,
                           float qscale) {
     local float4 q4[GB * HD4];
-    local float4 s4[NT * GBP / 4];  // scores of a first tile, [token][head]
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
-    local int mx_l[2 * GB];         // the running max's proposals (kvc_offer_scores)
+    local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
     local float4 o4[TPV * HD4];     // slot accumulators at the end
     local float lsum_l[TPV];
     local uint4 blk[BLK_V4];        // the staged head of the current block
@@ -196,9 +195,7 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     global const float * qg = q + q_off + head_row * QB_HD;
     for (int i = tid; i < GB * HD4; i += NT) q4[i] = vload4(i, qg) * qscale;
     kvc_clear_max(mx_l, GB);
-    // q4 and the empty max slots are read by every work-item; a split without blocks goes straight
-    // to the window's scores, so they are published here and not by a block's first barrier.
-    barrier(CLK_LOCAL_MEM_FENCE);
+    // (q4 and the empty max slots are published by a block's first barrier, or kvc_window's.)
 
     kvc_state st;
 #pragma unroll
@@ -227,11 +224,11 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
 #endif
 #if QB_HI_BYTES > 0
         kvc_quant_segment(hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
-                          n_hi, vsc, q4, mx_l, s4, p_l, &st);
+                          n_hi, vsc, q4, mx_l, p_l, &st);
 #endif
 #if QB_LO_BYTES > 0
         kvc_quant_segment(hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
-                          n_lo, vsc, q4, mx_l, s4, p_l, &st);
+                          n_lo, vsc, q4, mx_l, p_l, &st);
 #endif
     }
     if (split == n_splits - 1) {
@@ -239,7 +236,7 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         const int row = win[0], start = win[1], len = clamp(win[2], 0, win_tokens);
         if (len > 0 && row >= 0 && row < n_win_rows && start >= 0 && start < win_tokens) {
             const ulong base = ((ulong)row * n_kv_heads + kvh) * win_tokens * QB_HD;
-            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, mx_l, s4, p_l, &st);
+            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, mx_l, p_l, &st);
         }
     }
 

@@ -14,8 +14,7 @@
 //          in local memory (pre-scaled by scale * log2(e), so the softmax uses exp2);
 //       2. the online-softmax update: the running max m moves only when a score of the tile
 //          exceeds it by more than KVC_LAZY_MAX (common.cl: such work-items propose their score
-//          with a local atomic max at the end of 1b; the task's first tile is scanned); rescale
-//          alpha, probabilities to local memory;
+//          with a local atomic max at the end of 1b); rescale alpha, probabilities to local memory;
 //       3. (slot, lane) pairs with ceil(v_width / VEC) lanes per slot accumulate p * v' over the
 //          tile tokens of their slot, V_UNROLL rows in flight.
 //     Loads are single vector loads when head c's rows are VEC-aligned (widths, offsets and page
@@ -142,14 +141,12 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                             int k_total, int v_total, float qscale) {
     local float4 q4[GB * QSTR / 4];
     local kvc_raw k_l[(NT + 1) * KSTR];  // K' rows of the tile (fp16 bits), a spare row
-    local float4 s4[NT * GBP / 4];  // scores of a first tile, [token][head]
     local float4 p4[NT * GBP / 4];  // probabilities of the tile, [token][head]
-    local int mx_l[2 * GB];         // the running max's proposals (kvc_offer_scores)
+    local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
     local float o_l[GB * NT * VEC];  // slot accumulators at the end, [head][slot][lane][VEC]
     local float lsum_l[GB * NT];     // slot sums at the end, [head][slot]
     local ulong krow_l[2 * NT], vrow_l[2 * NT];  // row offsets in the pools: this tile, next
     local float * q_l = (local float *)q4;
-    local float * s_l = (local float *)s4;
     local float * p_l = (local float *)p4;
 
     const int tid = get_local_id(0);
@@ -225,12 +222,12 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * (QSTR / 4), cc);
             }
         }
-        kvc_offer_scores(mx_l, it, s_l + tid * GBP, s, m_run, GB);
+        kvc_propose_max(mx_l, it, s, m_run, GB);
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update (rows past tn get p = 0)
         float alpha[GB];
-        kvc_take_max(mx_l, it, s4, tn, GBP, m_run, alpha, GB);
+        kvc_take_max(mx_l, it, m_run, alpha, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
             lsum[g] *= alpha[g];

@@ -12,9 +12,8 @@
 //          scores token j of the tile for the GB heads against q in local memory (pre-scaled by
 //          scale * log2(e), so the softmax uses exp2): q.k^ = step * sum_i q_i code_i + min * sum_i q_i
 //          (padding codes are 0 and q is zero past k_width). It also stages its token's V (min, step);
-//       2. the online-softmax update with the lazily moved running max m of common.cl (the task's
-//          first tile scanned, later ones through local atomics; rescale alpha, probabilities to
-//          local memory);
+//       2. the online-softmax update with the lazily moved running max m of common.cl (rescale
+//          alpha, probabilities to local memory);
 //       3. work-items act as (token slot, lane) pairs, lane l owning channels [8l, 8l + 8), i.e. one
 //          code word of each V row; over its slot's tokens it accumulates (p * step) * code per
 //          channel and p * min once per token and head (the min is shared by the row's channels),
@@ -96,14 +95,12 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
     local float qsum_l[GB];
     local uint k_l[NT * KSTR];        // K rows of the tile
     local float2 vpar_l[NT];          // V (min, step) of the tile's tokens
-    local float4 s4[NT * GBP / 4];    // scores of a first tile, [token][head]
     local float4 p4[NT * GBP / 4];    // probabilities of the tile, [token][head]
-    local int mx_l[2 * GB];           // the running max's proposals (kvc_offer_scores)
+    local int mx_l[2 * GB];           // the running max's proposals (kvc_propose_max)
     local uint krow_l[2 * NT], vrow_l[2 * NT];  // row word offsets in the pools: this tile, next
     local float o_l[GB * NT * 8];     // slot accumulators at the end, [head][slot][lane][8]
     local float lsum_l[GB * NT];      // slot sums at the end, [head][slot]
     local float * q_l = (local float *)q4;
-    local float * s_l = (local float *)s4;
     local float * p_l = (local float *)p4;
 
     const int tid = get_local_id(0);
@@ -187,12 +184,12 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
             for (int g = 0; g < GB; ++g) s[g] = kp.y * qc[g] + kp.x * qsum_l[g];
             vpar_l[tid] = vload_half2(0, (global const half *)(v_words + vrow_l[cur + tid]));
         }
-        kvc_offer_scores(mx_l, it, s_l + tid * GBP, s, m_run, GB);
+        kvc_propose_max(mx_l, it, s, m_run, GB);
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update (rows past tn get p = 0)
         float alpha[GB];
-        kvc_take_max(mx_l, it, s4, tn, GBP, m_run, alpha, GB);
+        kvc_take_max(mx_l, it, m_run, alpha, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
             lsum[g] *= alpha[g];

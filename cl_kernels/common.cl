@@ -9,7 +9,7 @@
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
 //   - kvc_ragged_task_output(): the end of a ragged decode task (attn_decode_ragged, its q4 pages);
-//   - kvc_clear_max() / kvc_offer_scores() / kvc_take_max(): the decode kernels' lazily moved running
+//   - kvc_clear_max() / kvc_propose_max() / kvc_take_max(): the decode kernels' lazily moved running
 //     maximum of the online softmax, proposed through local atomics;
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
@@ -56,20 +56,6 @@ inline ushort kvc_f32_to_bf16(float f) {
 #define KVC_LDA4_1(p, i) vloada_half4((i), (p))
 #define KVC_LOADA4(dt, p, i) KVC_CAT(KVC_LDA4_, dt)(p, i)
 
-// The maximum of each head's scores over a tile: s4 holds tn rows of gbp floats ([token][head],
-// gbp a multiple of 4, as float4); used for a head's first tile (kvc_take_max).
-inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
-    for (int g = 0; g < gbp; ++g) mt[g] = -INFINITY;
-    for (int j = 0; j < tn; ++j)
-        for (int k = 0; k < gbp / 4; ++k) {
-            const float4 v = s4[j * (gbp / 4) + k];
-            mt[4 * k] = fmax(mt[4 * k], v.x);
-            mt[4 * k + 1] = fmax(mt[4 * k + 1], v.y);
-            mt[4 * k + 2] = fmax(mt[4 * k + 2], v.z);
-            mt[4 * k + 3] = fmax(mt[4 * k + 3], v.w);
-        }
-}
-
 // The running maximum of the decode kernels' online softmax (attn_decode, attn_decode_quant,
 // attn_decode_ragged and its q4 pages), moved lazily. Each head's running max m (log2 units, the same
 // in every work-item) moves only when a score of the tile exceeds it by more than KVC_LAZY_MAX; then
@@ -78,12 +64,9 @@ inline void kvc_tile_max(local const float4 * s4, int tn, int gbp, float * mt) {
 // pairs with any m, so results do not depend on which m was used.
 //   Why: phase 2 used to scan the whole tile in every work-item (tn local loads and GBP * tn fmax
 //   each, for NT = 64 more instructions than a 64-wide head's scores). Now a work-item whose score
-//   exceeds the bound proposes it with a local atomic max into its head's slot (kvc_offer_scores,
+//   exceeds the bound proposes it with a local atomic max into its head's slot (kvc_propose_max,
 //   before the barrier that ends phase 1); after that barrier every work-item reads the GB slots
-//   (kvc_take_max). Later tiles rarely propose anything.
-//   The first tile (m = -inf) is still scanned: there every score would be proposed, and 64
-//   work-items' atomics on the same GB words cost more than the scan (ZipCache's decode at batch 1 on
-//   NVIDIA's driver, where most work-groups see a few tiles: 5-7 % slower than the scan).
+//   (kvc_take_max). The first tile proposes every token, later ones rarely any.
 //   Slots: `local int slots[2 * GB]`, one set per tile parity. kvc_take_max of tile i resets the set
 //   tile i + 1 proposes into; it was last read in tile i - 1's phase 2, before a barrier of that tile,
 //   and is next written after tile i's last barrier. Both sets start empty (kvc_clear_max before the
@@ -105,37 +88,22 @@ inline void kvc_clear_max(local int * slots, int gb) {
     if (tid < 2 * gb) slots[tid] = KVC_NO_MAX;
 }
 
-// Phase 1's end, for this work-item's scores s of tile `it`: the head's score goes to the work-item's
-// row s_row of the tile's scores while the head's running max is -inf (its first tile, scanned by
-// kvc_take_max), else it is proposed into the slots if it exceeds m + KVC_LAZY_MAX.
-inline void kvc_offer_scores(local int * slots, int it, local float * s_row, const float * s, const float * m,
-                             int gb) {
+// Phase 1's end: this work-item's scores s that exceed m + KVC_LAZY_MAX into the slots of tile `it`.
+inline void kvc_propose_max(local int * slots, int it, const float * s, const float * m, int gb) {
     local int * mine = slots + (it & 1) * gb;
-    for (int g = 0; g < gb; ++g) {
-        if (m[g] == -INFINITY)
-            s_row[g] = s[g];
-        else if (s[g] > m[g] + KVC_LAZY_MAX)
-            atomic_max(mine + g, kvc_max_key(s[g]));
-    }
+    for (int g = 0; g < gb; ++g)
+        if (s[g] > m[g] + KVC_LAZY_MAX) atomic_max(mine + g, kvc_max_key(s[g]));
 }
 
 // Phase 2's start (after the barrier): each head's new running max in m and the factor alpha that
-// rescales what was summed with the old one (1 where m stays, 0 on the head's first tile: nothing
-// was summed); resets the next tile's slots. s4: the tile's scores, tn rows of gbp floats (read on a
-// first tile only). gb <= KVC_MAX_GB.
-#define KVC_MAX_GB 8  // the hosts' kMaxHeadsPerGroup (attn_decode*.cpp)
-inline void kvc_take_max(local int * slots, int it, local const float4 * s4, int tn, int gbp, float * m,
-                         float * alpha, int gb) {
-    bool first = false;
-    for (int g = 0; g < gb; ++g) first |= m[g] == -INFINITY;  // gb is the caller's constant once inlined
-    float mt[KVC_MAX_GB];
-    if (first) kvc_tile_max(s4, tn, gbp, mt);  // uniform: m is the same in every work-item
+// rescales what was summed with the old one (1 where m stays; 0 on the first tile, m = -inf); resets
+// the next tile's slots.
+inline void kvc_take_max(local int * slots, int it, float * m, float * alpha, int gb) {
     const local int * mine = slots + (it & 1) * gb;
-    for (int g = 0; g < gb; ++g) {
+    for (int g = 0; g < gb; ++g) {  // gb is the caller's constant once inlined
         const int k = mine[g];
-        const bool scanned = m[g] == -INFINITY;
-        const float mn = scanned ? mt[g] : k == KVC_NO_MAX ? m[g] : kvc_max_of_key(k);
-        alpha[g] = scanned ? 0.0f : k == KVC_NO_MAX ? 1.0f : exp2(m[g] - mn);
+        const float mn = k == KVC_NO_MAX ? m[g] : kvc_max_of_key(k);
+        alpha[g] = k == KVC_NO_MAX ? 1.0f : exp2(m[g] - mn);
         m[g] = mn;
     }
     const int tid = get_local_id(0);
