@@ -31,6 +31,7 @@ from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa:
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
 from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
 from quant_decode_section import quant_decode_section  # noqa: E402
+from ocl_softmax_section import ocl_softmax_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -308,6 +309,7 @@ if quant:
                 out.append(f"| {op[7:]} | {b} | {ctx} | {fmt(v, 4)} | {fmt(w, 4)} | {v / w:.2f}× |")
         out.append("")
     out += quant_decode_section(d)
+    out += ocl_softmax_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}

@@ -1,0 +1,107 @@
+"""The OpenCL decodes' running max (docs/RESULTS.md): every decode row of bench_ops (fp16 pages, the quantized
+blocks, the ragged low-rank pages) for each binary of a file, from
+  bench_ops_ocl_lazymax_h200.csv           db78d95 against f2dc79d (the lazily moved running max, kept), two
+                                           interleaved passes, visit 62
+  bench_ops_ocl_lazymax_ec8fc33_h200.csv   db78d95 against ec8fc33 (its first version), two passes, visits 60 / 60b
+  bench_ops_ocl_first_tile_scan_h200.csv   db78d95, ec8fc33 and e872927 (a head's first tile scanned; reverted),
+                                           one pass each, visit 61
+  bench_ops_ocl_local_alias_h200.csv       ec8fc33 against a variant whose ragged kernels keep the slot
+                                           accumulators in the K tile's local memory (not kept), two passes, 60b
+all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
+"""
+import os
+
+from results_data import commits_in_order, read_dicts
+
+_OPS = {"decode_fp16": ("fp16 pages", ""), "decode_kivi2": ("kivi2 blocks", ""),
+        "decode_zipcache": ("zipcache blocks", "")}
+
+
+def _row_label(op):
+    """(cache, profile) of a decode row, or None for rows these tables leave out."""
+    if op in _OPS:
+        return _OPS[op]
+    for prefix, pages in (("decode_lowrank_q4_balanced_", "ragged q4, balanced"),
+                          ("decode_lowrank_balanced_", "ragged f16, balanced")):
+        if op.startswith(prefix):
+            return pages, op[len(prefix):]
+    return None
+
+
+def _mean(v):
+    return sum(v) / len(v)
+
+
+def commits_table(rows, title, caption):
+    """Mean ms (fraction of copy) per (cache, profile, batch, context) for each commit of the file in the order
+    they ran, and the first commit's time over each later one's."""
+    commits = commits_in_order([r for r in rows if r["op"] != "copy_bw"])
+    if len(commits) < 2:
+        return []
+    cells = {}
+    for r in rows:
+        label = _row_label(r["op"])
+        if label is None or not r["time_ms"]:
+            continue
+        cells.setdefault(label + (int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
+            (float(r["time_ms"]), float(r["fraction_of_copy"])))
+    head = " | ".join(f"`{c}` ms (of copy)" for c in commits)
+    ratios = " | ".join(f"{commits[0]} / {c}" for c in commits[1:])
+    out = [title, "", caption, "", f"| cache | profile | batch | context | {head} | {ratios} |",
+           "|---|---|---|---|" + "---|" * (2 * len(commits) - 1)]
+    for key in sorted(cells):
+        c = cells[key]
+        if any(k not in c for k in commits):
+            continue
+        t = [_mean([x for x, _ in c[k]]) for k in commits]
+        f = [_mean([y for _, y in c[k]]) for k in commits]
+        out.append(f"| {key[0]} | {key[1] or '–'} | {key[2]} | {key[3]} | "
+                   + " | ".join(f"{a:.4f} ({b:.2f})" for a, b in zip(t, f)) + " | "
+                   + " | ".join(f"{t[0] / x:.3f}×" for x in t[1:]) + " |")
+    return out + [""]
+
+
+# (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
+_TABLES = [
+    ("bench_ops_ocl_lazymax_h200.csv",
+     "### OpenCL decodes with a lazily moved running max (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}), two passes of each binary one after "
+     "the other (`docs/data/{file}`, mean): `db78d95` against `f2dc79d`. Before, phase 2 of every tile had each "
+     "work-item scan all of the tile's scores for the per-head maximum (64 local loads and 4 × 64 fmax per "
+     "work-item at NT = 64, GQA 4); now the running max moves only when a score exceeds it by more than 8 (log2 "
+     "units), such a work-item proposes its score with a local atomic max, and every work-item reads the GB slots "
+     "after the barrier it already had (`cl_kernels/common.cl`). The one loss is ZipCache at batch 1; the two "
+     "experiments below did not find its cause. Shapes: Llama-3-8B's attention (32 query / 8 KV heads, head dim "
+     "128, pages of 16), ragged caches at the 50 % and 70 % profiles of uneven ranks. Cells: ms (fraction of the "
+     "copy bandwidth of the same run for the bytes read)."),
+    ("bench_ops_ocl_lazymax_ec8fc33_h200.csv",
+     "### The first version of it, `ec8fc33` (H200, NVIDIA's driver)",
+     "The same sweep ({date}, `docs/data/{file}`, two passes in two visits): `ec8fc33` had one more barrier at the "
+     "start of every attn_decode_quant work-group (publishing q for a split that holds only the window); "
+     "`f2dc79d` has it at the start of the window instead (once per request and KV head). ZipCache at batch 1 "
+     "was as slow with either."),
+    ("bench_ops_ocl_first_tile_scan_h200.csv",
+     "### Experiment, reverted: scanning a head's first tile (H200, NVIDIA's driver, one pass each)",
+     "`e872927` scanned the first tile of every head (where every work-item would propose) and kept the "
+     "proposals for later tiles, to find out whether 64 work-items' atomics on the same words were what slowed "
+     "ZipCache at batch 1. It did not bring ZipCache back and made the fp16 and f16 ragged decodes 3-9 % slower "
+     "than `ec8fc33`; `f2dc79d` went back to the lazy max on every tile ({date}, `docs/data/{file}`)."),
+    ("bench_ops_ocl_local_alias_h200.csv",
+     "### Experiment, not kept: the ragged decodes' slot accumulators in the K tile's local memory (H200)",
+     "`ec8fc33` against a variant (commit column `alias`) whose f16 and q4 ragged kernels keep their end-of-task "
+     "slot accumulators (8 KiB) in the local memory of the K tile, which the last tile no longer reads, so a "
+     "work-group needs about a quarter less local memory ({date}, `docs/data/{file}`, two interleaved passes, "
+     "batch 16). Within ±0.4 %: local memory does not limit these kernels."),
+]
+
+
+def ocl_softmax_section(data_dir):
+    out = []
+    for name, title, caption in _TABLES:
+        rows = read_dicts(os.path.join(data_dir, name))
+        if not rows:
+            continue
+        r0 = rows[0]
+        out += commits_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"],
+                                                         date=r0["date"][:10], file=name))
+    return out
