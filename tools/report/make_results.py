@@ -103,6 +103,7 @@ bench_dm = [r for r in results if r["task"] == "bench" and r["model"] and r["sou
 quant_e2e = [r for r in results if r["source"] == "bench_quant_ttft.csv"]
 quant_e2e_h200 = [r for r in results if r["source"] == "bench_quant_ttft_h200.csv"]
 quant_e2e_h100 = [r for r in results if r["source"] == "bench_quant_e2e_h100.csv"]
+quant_e2e_ocl = [r for r in results if r["source"] == "bench_quant_ttft_ocl_h200.csv"]
 
 
 def kv_cell(r):
@@ -386,6 +387,9 @@ out += quant_ttft_section(quant_e2e_h200, "### Quantized caches end to end after
 out += quant_ttft_section(quant_e2e_h100, "### Quantized caches end to end with the bulk-copy decode (kvcomp bench, H100)",
                           "The tensor-core decode after its two steps of 2026-11-27 (`docs/data/gpu_visits_2026-11-27.log`, "
                           "visit 25; 8 × 32K skipped by `--max-kv-gib 20`):")
+out += quant_ttft_section(quant_e2e_ocl, "### What saliency adds to the prefill on NVIDIA's OpenCL driver (kvcomp bench, H200)",
+                          "On NVIDIA's OpenCL driver, none / zipcache / zipcache ratio=0 only, batches 1 and 4 × 4096 "
+                          "(`docs/data/gpu_visits_2026-11-27.log`, visits 63 / 63b; binaries of `f2dc79d`):")
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",
