@@ -13,9 +13,9 @@
 
 namespace kvcomp::test {
 
-// The CPU reference and the first device of each other compiled-in API (cuda:0, opencl:0), or the
-// comma-separated devices of $KVCOMP_TEST_BACKENDS (e.g. "cuda:0,opencl:1" on a host whose first
-// OpenCL device is PoCL on the CPU).
+// The CPU reference and, for each other compiled-in API, its first GPU device, else its first device
+// (cuda:0; opencl:1 on the GPU host, whose opencl:0 is PoCL on the CPU; opencl:0 where PoCL is the only
+// OpenCL device), or the comma-separated devices of $KVCOMP_TEST_BACKENDS (e.g. "cpu,opencl:0").
 inline std::vector<std::string> backends_to_test() {
     std::vector<std::string> names, apis;
     if (const char * env = std::getenv("KVCOMP_TEST_BACKENDS"); env && *env) {
@@ -29,11 +29,14 @@ inline std::vector<std::string> backends_to_test() {
             }
         return names;
     }
-    for (const auto & d : list_devices())
-        if (std::find(apis.begin(), apis.end(), d.info.api) == apis.end()) {
-            apis.push_back(d.info.api);
-            names.push_back(d.info.name);
-        }
+    const auto devices = list_devices();
+    for (const auto & d : devices) {
+        if (std::find(apis.begin(), apis.end(), d.info.api) != apis.end()) continue;
+        apis.push_back(d.info.api);
+        const auto gpu = std::find_if(devices.begin(), devices.end(),
+                                      [&](const auto & e) { return e.info.api == d.info.api && e.info.is_gpu; });
+        names.push_back(gpu != devices.end() ? gpu->info.name : d.info.name);
+    }
     return names;
 }
 
