@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Lists the programs in kvcomp's OpenCL program cache (KVCOMP_CL_CACHE_DIR; lib/opencl/program_cache.cpp
+writes each as a 48-byte file_header, then the driver's program binary) and, for binaries that are text
+(NVIDIA's driver returns PTX), writes them next to an output folder and counts what a kernel comparison
+needs: the entry points, the PTX lines, local-memory traffic (ld.local / st.local: private arrays or
+structs the compiler did not keep in registers), shared-memory atomics and barriers.
+
+  python3 tools/report/cl_cache_dump.py CACHE_DIR [OUT_DIR]
+
+A GPU-host visit copies the cache folder of each binary's run into $OUT (a fresh KVCOMP_CL_CACHE_DIR per
+binary, so each folder holds only that run's programs); this script then compares them here without
+device time.
+"""
+import os
+import re
+import struct
+import sys
+
+_HEADER = struct.Struct("<8sIIQQQQ")  # magic, format, reserved, key_hash, key_hash2, binary_size, binary_hash
+_COUNTS = {"lines": None, "ld.local": r"\bld\.local", "st.local": r"\bst\.local", "atom.shared": r"\batom\.shared",
+           "bar.sync": r"\bbar(?:rier)?\.sync"}
+
+
+def read_program(path):
+    """(header fields, binary bytes) of one cache file, or None when it is not one."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < _HEADER.size:
+        return None
+    magic, fmt, _, _, _, size, _ = _HEADER.unpack_from(raw)
+    binary = raw[_HEADER.size:]
+    if len(binary) != size:
+        return None
+    return {"magic": magic.rstrip(b"\0").decode("ascii", "replace"), "format": fmt}, binary
+
+
+def summarize(text):
+    out = {"entries": re.findall(r"\.entry\s+(\w+)", text)}
+    for name, pattern in _COUNTS.items():
+        out[name] = text.count("\n") + 1 if pattern is None else len(re.findall(pattern, text))
+    return out
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    cache, out_dir = argv[1], (argv[2] if len(argv) > 2 else None)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    n = 0
+    for root, _, files in os.walk(cache):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            prog = read_program(path)
+            if prog is None:
+                continue
+            n += 1
+            header, binary = prog
+            try:
+                text = binary.decode("ascii")
+            except UnicodeDecodeError:
+                text = None
+            if text is None or ".entry" not in text:
+                print(f"{name}: {len(binary)} bytes, not PTX text (format {header['format']})")
+                continue
+            s = summarize(text)
+            print(f"{name}: entries {','.join(s['entries'])}; " +
+                  ", ".join(f"{k} {s[k]}" for k in _COUNTS))
+            if out_dir:
+                with open(os.path.join(out_dir, name + ".ptx"), "w") as f:
+                    f.write(text)
+    if n == 0:
+        print(f"no cached programs under {cache}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
