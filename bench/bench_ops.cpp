@@ -433,8 +433,9 @@ bool bench_device(const device_entry & dev, const options & o) {
                         rs.lens.assign(size_t(batch), ctx);
                         rs.extra_pages = 0;
                         rs.waves = waves;
-                        rs.token_cost = token_cost >= 0 ? token_cost : host::lowrank::default_token_cost(rs.bits);
                         if (kind == 3) rs.bits = 4;
+                        // After the page format is set: auto is the engine's cost for it (64 for q4).
+                        rs.token_cost = token_cost >= 0 ? token_cost : host::lowrank::default_token_cost(rs.bits);
                         rs.workers = scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * scale
                                                : concurrent_decode_tasks(*be, rs, kind == 2);
                         rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
