@@ -72,7 +72,9 @@ _TABLES = [
      "units), such a work-item proposes its score with a local atomic max, and every work-item reads the GB slots "
      "after the barrier it already had (`cl_kernels/common.cl`). The one loss is ZipCache at batch 1; the two "
      "experiments below did not find its cause. Shapes: Llama-3-8B's attention (32 query / 8 KV heads, head dim "
-     "128, pages of 16), ragged caches at the 50 % and 70 % profiles of uneven ranks. Cells: ms (fraction of the "
+     "128, pages of 16), ragged caches at the 50 % and 70 % profiles of uneven ranks. The q4 rows ran at a per-token "
+     "cost of 1 in both binaries (the engine's auto is 64 for them: bench_ops took auto's cost before marking "
+     "the row 4-bit until `2364379`); the same holds for the three tables below. Cells: ms (fraction of the "
      "copy bandwidth of the same run for the bytes read)."),
     ("bench_ops_ocl_lazymax_ec8fc33_h200.csv",
      "### The first version of it, `ec8fc33` (H200, NVIDIA's driver)",
@@ -84,8 +86,9 @@ _TABLES = [
      "### Experiment, reverted: scanning a head's first tile (H200, NVIDIA's driver, one pass each)",
      "`e872927` scanned the first tile of every head (where every work-item would propose) and kept the "
      "proposals for later tiles, to find out whether 64 work-items' atomics on the same words were what slowed "
-     "ZipCache at batch 1. It did not bring ZipCache back and made the fp16 and f16 ragged decodes 3-9 % slower "
-     "than `ec8fc33`; `f2dc79d` went back to the lazy max on every tile ({date}, `docs/data/{file}`)."),
+     "ZipCache at batch 1. It did not bring ZipCache back and made the fp16 and f16 ragged decodes slower than `ec8fc33` "
+     "at 11 of their 12 points (2-10 %; the f16 ragged p70 1 × 32K was 9 % faster); `f2dc79d` went back to the lazy max on "
+     "every tile ({date}, `docs/data/{file}`)."),
     ("bench_ops_ocl_local_alias_h200.csv",
      "### Experiment, not kept: the ragged decodes' slot accumulators in the K tile's local memory (H200)",
      "`ec8fc33` against a variant (commit column `alias`) whose f16 and q4 ragged kernels keep their end-of-task "

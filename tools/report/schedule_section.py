@@ -184,8 +184,9 @@ _KERNEL_AB_TABLES = [
      "Two passes of each binary, one after the other (`{date}`, `docs/data/{file}`, mean of the two): `{prev}`'s "
      "kernels against an uncommitted variant (commit column `copyunroll`) whose per-lane 16-byte copies of a page "
      "run loop over a pass count fixed per stream, unrolled by 4, instead of testing the row per copy (visit 56's "
-     "SASS had a 12-instruction loop body per copy). 0.98-1.01× everywhere: not kept. Cells: ms (fraction of "
-     "copy)."),
+     "SASS had a 12-instruction loop body per copy). 0.98-1.01× everywhere: not kept. The q4 rows ran at a "
+     "per-token cost of 1 in both binaries (bench_ops' auto took the f16 pages' cost for them until `2364379`; "
+     "the engine uses 64). Cells: ms (fraction of copy)."),
 ]
 
 
