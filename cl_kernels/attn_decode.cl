@@ -191,12 +191,19 @@ void kvc_attn_decode_split(global const float * q, ulong q_off, global const hal
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * HD4, c);
             }
         }
-        kvc_propose_max(mx_l, it, s, m_run, GB);
+        #pragma unroll
+        for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
         if (tid < t_end - t0 - NT && tid < NT) next_rows[tid] = KVC_ROW(t0 + NT + tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update
         float alpha[GB];
-        kvc_take_max(mx_l, it, m_run, alpha, GB);
+#pragma unroll
+        for (int g = 0; g < GB; ++g) {
+            const float mn = kvc_take_max(mx_l, it, GB, g, m_run[g]);
+            alpha[g] = kvc_rescale(m_run[g], mn);
+            m_run[g] = mn;
+        }
+        kvc_reset_next_max(mx_l, it, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) p_l[tid * GBP + g] = exp2(s[g] - m_run[g]);
         barrier(CLK_LOCAL_MEM_FENCE);

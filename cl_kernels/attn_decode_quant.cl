@@ -42,6 +42,10 @@
 #define TPV (NT / LV)              // token slots in phase 3
 #define GBP (((GB + 3) / 4) * 4)   // heads padded to whole float4s in the score arrays
 #define BLK_V4 (QB_HEAD_BYTES / 16)
+// The end's slot sums, slot weights and running maxima of every head (floats, in whole uint4s), which
+// reuse the staged block's array.
+#define OUT_V4 ((GB * TPV * QB_HD + GB * TPV + GB + 3) / 4)
+#define BLK_LOCAL_V4 (BLK_V4 > OUT_V4 ? BLK_V4 : OUT_V4)
 
 // Softmax state of the work-item: per head running max (log2 domain), sum and value accumulator;
 // the tile count picks the running max's slot set (common.cl, kvc_propose_max).
@@ -55,10 +59,17 @@ typedef struct {
 // probabilities in p_l and the state rescaled to the new running max. mx_l: the max slots.
 inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_l, kvc_state * st) {
     const int tid = get_local_id(0);
-    kvc_propose_max(mx_l, st->tile, s, st->m, GB);
+#pragma unroll
+    for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, st->tile, GB, g, s[g], st->m[g]);
     barrier(CLK_LOCAL_MEM_FENCE);
     float alpha[GB];
-    kvc_take_max(mx_l, st->tile, st->m, alpha, GB);
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+        const float mn = kvc_take_max(mx_l, st->tile, GB, g, st->m[g]);
+        alpha[g] = kvc_rescale(st->m[g], mn);
+        st->m[g] = mn;
+    }
+    kvc_reset_next_max(mx_l, st->tile, GB);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
         st->l[g] *= alpha[g];
@@ -174,9 +185,7 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     local float4 q4[GB * HD4];
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
-    local float4 o4[TPV * HD4];     // slot accumulators at the end
-    local float lsum_l[TPV];
-    local uint4 blk[BLK_V4];        // the staged head of the current block
+    local uint4 blk[BLK_LOCAL_V4];  // the staged head of the current block; at the end the heads' sums
 
     const int tid = get_local_id(0);
     const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
@@ -240,33 +249,47 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         }
     }
 
-    // Sum the slot accumulators of each head and write the result or the split's partials.
-    local float * o_l = (local float *)o4;
-    for (int g = 0; g < GB; ++g) {
-        if (slot < TPV) {
-            vstore4(st.acc[g], 0, o_l + slot * QB_HD + lane * 4);
-            if (lane == 0) lsum_l[slot] = st.l[g];
+    // Sum the slot accumulators of every head at once, in the staged block's local memory. (A loop
+    // over heads with a barrier inside could not be unrolled, and its run-time index into st kept the
+    // whole softmax state in off-chip private memory.)
+    barrier(CLK_LOCAL_MEM_FENCE);  // the last block's codes are no longer read
+    local float * o_l = (local float *)blk;         // [head][slot][QB_HD]
+    local float * lsum_l = o_l + GB * TPV * QB_HD;  // [head][slot]
+    local float * m_l = lsum_l + GB * TPV;          // [head]
+    if (slot < TPV) {
+#pragma unroll
+        for (int g = 0; g < GB; ++g) {
+            vstore4(st.acc[g], 0, o_l + (g * TPV + slot) * QB_HD + lane * 4);
+            if (lane == 0) lsum_l[g * TPV + slot] = st.l[g];
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (tid == 0) {
+#pragma unroll
+        for (int g = 0; g < GB; ++g) m_l[g] = st.m[g];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = tid; i < GB * QB_HD; i += NT) {
+        const int g = i / QB_HD, d = i % QB_HD;
+        float l = 0.0f, o = 0.0f;
+        for (int k = 0; k < TPV; ++k) {
+            l += lsum_l[g * TPV + k];
+            o += o_l[(g * TPV + k) * QB_HD + d];
+        }
+        if (n_splits == 1)
+            out[out_off + (head_row + g) * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
+        else
+            part[((head_row + g) * n_splits + split) * QB_HD + d] = o;
+    }
+    if (tid < GB) {
+        const int g = tid;
         float l = 0.0f;
-        for (int k = 0; k < TPV; ++k) l += lsum_l[k];
-        for (int d = tid; d < QB_HD; d += NT) {
-            float o = 0.0f;
-            for (int k = 0; k < TPV; ++k) o += o_l[k * QB_HD + d];
-            if (n_splits == 1)
-                out[out_off + (head_row + g) * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
-            else
-                part[((head_row + g) * n_splits + split) * QB_HD + d] = o;
+        for (int k = 0; k < TPV; ++k) l += lsum_l[g * TPV + k];
+        if (n_splits == 1) {
+            lse[lse_off + head_row + g] = l > 0.0f ? (m_l[g] + log2(l)) * KVC_LN2 : -INFINITY;
+        } else {
+            part[ml_off + ((head_row + g) * n_splits + split) * 2] = m_l[g];
+            part[ml_off + ((head_row + g) * n_splits + split) * 2 + 1] = l;
         }
-        if (tid == 0) {
-            if (n_splits == 1) {
-                lse[lse_off + head_row + g] = l > 0.0f ? (st.m[g] + log2(l)) * KVC_LN2 : -INFINITY;
-            } else {
-                part[ml_off + ((head_row + g) * n_splits + split) * 2] = st.m[g];
-                part[ml_off + ((head_row + g) * n_splits + split) * 2 + 1] = l;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
 }
 

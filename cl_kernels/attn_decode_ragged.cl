@@ -143,6 +143,7 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     local kvc_raw k_l[(NT + 1) * KSTR];  // K' rows of the tile (fp16 bits), a spare row
     local float4 p4[NT * GBP / 4];  // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
+    local float m_l[GB];              // the running maxima at the end (kvc_ragged_task_output)
     local float o_l[GB * NT * VEC];  // slot accumulators at the end, [head][slot][lane][VEC]
     local float lsum_l[GB * NT];     // slot sums at the end, [head][slot]
     local ulong krow_l[2 * NT], vrow_l[2 * NT];  // row offsets in the pools: this tile, next
@@ -222,12 +223,19 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * (QSTR / 4), cc);
             }
         }
-        kvc_propose_max(mx_l, it, s, m_run, GB);
+        #pragma unroll
+        for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update (rows past tn get p = 0)
         float alpha[GB];
-        kvc_take_max(mx_l, it, m_run, alpha, GB);
+#pragma unroll
+        for (int g = 0; g < GB; ++g) {
+            const float mn = kvc_take_max(mx_l, it, GB, g, m_run[g]);
+            alpha[g] = kvc_rescale(m_run[g], mn);
+            m_run[g] = mn;
+        }
+        kvc_reset_next_max(mx_l, it, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
             lsum[g] *= alpha[g];
@@ -254,8 +262,12 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
             if (vl == 0) lsum_l[g * NT + vs] = lsum[g];
         }
     }
+    if (tid == 0) {
+#pragma unroll
+        for (int g = 0; g < GB; ++g) m_l[g] = m_run[g];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    kvc_ragged_task_output(o_l, lsum_l, GB, NT, NT * VEC, lv * VEC, vslots, vw, n_in_list, m_run,
+    kvc_ragged_task_output(o_l, lsum_l, GB, NT, NT * VEC, lv * VEC, vslots, vw, n_in_list, m_l,
                            out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw, part,
                            (ulong)task * G + g0, MW, ml_off);
 }

@@ -88,27 +88,33 @@ inline void kvc_clear_max(local int * slots, int gb) {
     if (tid < 2 * gb) slots[tid] = KVC_NO_MAX;
 }
 
-// Phase 1's end: this work-item's scores s that exceed m + KVC_LAZY_MAX into the slots of tile `it`.
-inline void kvc_propose_max(local int * slots, int it, const float * s, const float * m, int gb) {
-    local int * mine = slots + (it & 1) * gb;
-    for (int g = 0; g < gb; ++g)
-        if (s[g] > m[g] + KVC_LAZY_MAX) atomic_max(mine + g, kvc_max_key(s[g]));
+// The three helpers below take one head g (of gb per work-group) at a time: the kernels call them
+// in loops over their literal GB under #pragma unroll, so that the running max and the scores stay
+// in registers. (With an array parameter and a loop over a run-time gb inside, NVIDIA's OpenCL
+// compiler kept the quantized decode's whole softmax state in off-chip private memory: 55 ld.local
+// and 67 st.local in its PTX, against 4 and 18 before the lazy max.)
+// Phase 1's end: this work-item's score s of head g into the slot set of tile `it` if it exceeds the
+// running max m by more than KVC_LAZY_MAX.
+inline void kvc_propose_max(local int * slots, int it, int gb, int g, float s, float m) {
+    if (s > m + KVC_LAZY_MAX) atomic_max(slots + (it & 1) * gb + g, kvc_max_key(s));
 }
 
-// Phase 2's start (after the barrier): each head's new running max in m and the factor alpha that
-// rescales what was summed with the old one (1 where m stays; 0 on the first tile, m = -inf); resets
-// the next tile's slots.
-inline void kvc_take_max(local int * slots, int it, float * m, float * alpha, int gb) {
-    const local int * mine = slots + (it & 1) * gb;
-    for (int g = 0; g < gb; ++g) {  // gb is the caller's constant once inlined
-        const int k = mine[g];
-        const float mn = k == KVC_NO_MAX ? m[g] : kvc_max_of_key(k);
-        alpha[g] = k == KVC_NO_MAX ? 1.0f : exp2(m[g] - mn);
-        m[g] = mn;
-    }
+// Phase 2's start (after the barrier): head g's new running max, m where no score was proposed. The
+// caller rescales what was summed with the old max by exp2(m - new max), or by 1 where they are equal
+// (which keeps a head that has seen no token yet, m = -inf, free of NaN).
+inline float kvc_take_max(local const int * slots, int it, int gb, int g, float m) {
+    const int k = slots[(it & 1) * gb + g];
+    return k == KVC_NO_MAX ? m : kvc_max_of_key(k);
+}
+
+// Phase 2, after every kvc_take_max of tile `it`: empties the slot set tile it + 1 proposes into.
+inline void kvc_reset_next_max(local int * slots, int it, int gb) {
     const int tid = get_local_id(0);
     if (tid < gb) slots[((it & 1) ^ 1) * gb + tid] = KVC_NO_MAX;
 }
+
+// The factor that rescales sums made with running max m to new max mn (see kvc_take_max).
+inline float kvc_rescale(float m, float mn) { return mn == m ? 1.0f : exp2(m - mn); }
 
 // The decode task a ragged work-group runs (host/lowrank/decode_schedule.h): its schedule row
 // (request b, KV head c, tokens [first, end)), c's K / V widths and offsets from the heads table, how
@@ -135,10 +141,11 @@ inline kvc_ragged_task kvc_ragged_task_at(global const int * sched, global const
 // output slot_floats apart, and lsum_l gb x nt slot sums. Each head's slots are summed; the only task of
 // its (request, KV head) row (n_in_list == 1) writes the normalized output at out_h0 + g * vw,
 // otherwise the task writes its unnormalized output to part + (prow0 + g) * mw and (m, l) to
-// part + ml_off + (prow0 + g) * 2.
+// part + ml_off + (prow0 + g) * 2, m from m_l (gb running maxima in local memory: a private array
+// read here with a run-time g would be kept in private memory for the whole kernel).
 inline void kvc_ragged_task_output(local const float * o_l, local const float * lsum_l, int gb, int nt,
                                    int head_floats, int slot_floats, int vslots, int vw, int n_in_list,
-                                   const float * m_run, global float * out_h0, global float * part, ulong prow0,
+                                   local const float * m_l, global float * out_h0, global float * part, ulong prow0,
                                    int mw, ulong ml_off) {
     const int tid = get_local_id(0);
     for (int i = tid; i < gb * vw; i += nt) {
@@ -157,7 +164,7 @@ inline void kvc_ragged_task_output(local const float * o_l, local const float * 
         for (int g = 0; g < gb; ++g) {
             float l = 0.0f;
             for (int sl = 0; sl < vslots; ++sl) l += lsum_l[g * nt + sl];
-            part[ml_off + (prow0 + g) * 2] = m_run[g];
+            part[ml_off + (prow0 + g) * 2] = m_l[g];
             part[ml_off + (prow0 + g) * 2 + 1] = l;
         }
     }

@@ -38,7 +38,8 @@ int heads_per_group(const attn_decode_quant_params & p) {
 // Mirrors the local arrays of kvc_adq_split.
 size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     const size_t d = size_t(q.head_dim), tpv = nt / (d / 4), gbp = size_t(gb + 3) / 4 * 4;
-    return sizeof(float) * (size_t(gb) * d + 2 * nt * gbp + tpv * d + tpv) + size_t(q.head_bytes());
+    const size_t end_sums = sizeof(float) * size_t(gb) * (tpv * d + tpv + 1);  // shares the block's array
+    return sizeof(float) * (size_t(gb) * d + 2 * nt * gbp) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ struct ragged_config {
 size_t local_bytes_needed(const ragged_config & c) {
     const size_t nt = size_t(c.nt), vec = size_t(c.vec), gb = size_t(c.gb);
     const size_t mwv = (size_t(c.mw) + vec - 1) / vec, gbp = (gb + 3) / 4 * 4;
-    return sizeof(float) * (gb * mwv * vec + 2 * nt * gbp + gb * nt * (vec + 1)) +
+    return sizeof(float) * (gb * mwv * vec + 3 * gb + 2 * nt * gbp + gb * nt * (vec + 1)) +  // 3 gb: m_l, mx_l
            sizeof(cl_ushort) * (nt + 1) * (mwv + 8 / vec) * vec + sizeof(cl_ulong) * 4 * nt;
 }
 
@@ -68,7 +68,7 @@ struct q4_config {
 size_t q4_local_bytes(const q4_config & c) {
     const size_t nt = size_t(c.nt), gb = size_t(c.gb), gbp = (gb + 3) / 4 * 4;
     const size_t mw8 = (size_t(c.mw) + 7) / 8 * 8, kstr = size_t(c.row_words()) | 1;
-    return sizeof(float) * (gb * mw8 + gb + 2 * nt * gbp + gb * nt * 9 + 2 * nt) + sizeof(cl_uint) * (nt * kstr + 4 * nt);
+    return sizeof(float) * (gb * mw8 + 4 * gb + 2 * nt * gbp + gb * nt * 9 + 2 * nt) + sizeof(cl_uint) * (nt * kstr + 4 * nt);
 }
 
 q4_config choose_q4_config(const cl_backend & be, const attn_decode_ragged_params & p) {
