@@ -64,11 +64,7 @@ inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_
     barrier(CLK_LOCAL_MEM_FENCE);
     float alpha[GB];
 #pragma unroll
-    for (int g = 0; g < GB; ++g) {
-        const float mn = kvc_take_max(mx_l, st->tile, GB, g, st->m[g]);
-        alpha[g] = kvc_rescale(st->m[g], mn);
-        st->m[g] = mn;
-    }
+    for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, st->tile, GB, g, &st->m[g]);
     kvc_reset_next_max(mx_l, st->tile, GB);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {

@@ -192,11 +192,7 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
         // 2. online-softmax update (rows past tn get p = 0)
         float alpha[GB];
 #pragma unroll
-        for (int g = 0; g < GB; ++g) {
-            const float mn = kvc_take_max(mx_l, it, GB, g, m_run[g]);
-            alpha[g] = kvc_rescale(m_run[g], mn);
-            m_run[g] = mn;
-        }
+        for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, it, GB, g, &m_run[g]);
         kvc_reset_next_max(mx_l, it, GB);
 #pragma unroll
         for (int g = 0; g < GB; ++g) {

@@ -99,12 +99,15 @@ inline void kvc_propose_max(local int * slots, int it, int gb, int g, float s, f
     if (s > m + KVC_LAZY_MAX) atomic_max(slots + (it & 1) * gb + g, kvc_max_key(s));
 }
 
-// Phase 2's start (after the barrier): head g's new running max, m where no score was proposed. The
-// caller rescales what was summed with the old max by exp2(m - new max), or by 1 where they are equal
-// (which keeps a head that has seen no token yet, m = -inf, free of NaN).
-inline float kvc_take_max(local const int * slots, int it, int gb, int g, float m) {
+// Phase 2's start (after the barrier), head g: moves the running max *m to the tile's proposal, if
+// any, and returns the factor that rescales what was summed with the old one (1 where m stays; 0 on
+// the first tile, m = -inf).
+inline float kvc_take_max(local const int * slots, int it, int gb, int g, float * m) {
     const int k = slots[(it & 1) * gb + g];
-    return k == KVC_NO_MAX ? m : kvc_max_of_key(k);
+    const float mn = k == KVC_NO_MAX ? *m : kvc_max_of_key(k);
+    const float alpha = k == KVC_NO_MAX ? 1.0f : exp2(*m - mn);
+    *m = mn;
+    return alpha;
 }
 
 // Phase 2, after every kvc_take_max of tile `it`: empties the slot set tile it + 1 proposes into.
@@ -112,9 +115,6 @@ inline void kvc_reset_next_max(local int * slots, int it, int gb) {
     const int tid = get_local_id(0);
     if (tid < gb) slots[((it & 1) ^ 1) * gb + tid] = KVC_NO_MAX;
 }
-
-// The factor that rescales sums made with running max m to new max mn (see kvc_take_max).
-inline float kvc_rescale(float m, float mn) { return mn == m ? 1.0f : exp2(m - mn); }
 
 // The decode task a ragged work-group runs (host/lowrank/decode_schedule.h): its schedule row
 // (request b, KV head c, tokens [first, end)), c's K / V widths and offsets from the heads table, how
