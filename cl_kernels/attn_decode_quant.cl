@@ -64,7 +64,13 @@ inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_
     barrier(CLK_LOCAL_MEM_FENCE);
     float alpha[GB];
 #pragma unroll
-    for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, st->tile, GB, g, &st->m[g]);
+    for (int g = 0; g < GB; ++g) {
+        // alpha from the moved max rather than kvc_take_max's value: the same number, but NVIDIA's
+        // compiler made KIVI-2 at batch 1 6-10 % faster this way (docs/RESULTS.md, visit 67).
+        const float m_old = st->m[g];
+        kvc_take_max(mx_l, st->tile, GB, g, &st->m[g]);
+        alpha[g] = st->m[g] == m_old ? 1.0f : exp2(m_old - st->m[g]);
+    }
     kvc_reset_next_max(mx_l, st->tile, GB);
 #pragma unroll
     for (int g = 0; g < GB; ++g) {

@@ -90,9 +90,10 @@ inline void kvc_clear_max(local int * slots, int gb) {
 
 // The three helpers below take one head g (of gb per work-group) at a time: the kernels call them
 // in loops over their literal GB under #pragma unroll, so that the running max and the scores stay
-// in registers. (With an array parameter and a loop over a run-time gb inside, NVIDIA's OpenCL
-// compiler kept the quantized decode's whole softmax state in off-chip private memory: 55 ld.local
-// and 67 st.local in its PTX, against 4 and 18 before the lazy max.)
+// in registers. (While they took arrays and looped over a run-time gb, NVIDIA's OpenCL compiler kept
+// the quantized decode's whole softmax state in off-chip private memory: 55 ld.local and 67 st.local
+// in its PTX, against 4 and 18 before the lazy max. A run-time head index at the kernel's end had
+// the same effect; kernels read private per-head arrays with literal indices only.)
 // Phase 1's end: this work-item's score s of head g into the slot set of tile `it` if it exceeds the
 // running max m by more than KVC_LAZY_MAX.
 inline void kvc_propose_max(local int * slots, int it, int gb, int g, float s, float m) {
