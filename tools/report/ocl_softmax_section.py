@@ -7,6 +7,11 @@ blocks, the ragged low-rank pages) for each binary of a file, from
                                            one pass each, visit 61
   bench_ops_ocl_local_alias_h200.csv       ec8fc33 against a variant whose ragged kernels keep the slot
                                            accumulators in the K tile's local memory (not kept), two passes, 60b
+  bench_ops_ocl_quant_alpha_h200.csv       1f72e64, 5aeeb7b and qalpha (the softmax state in registers; qalpha
+                                           kept), quantized rows, two passes, visit 67
+  bench_ops_ocl_private_state2_h200.csv    1f72e64 against 5aeeb7b, every decode, two passes, visit 66
+  bench_ops_ocl_private_state_h200.csv     1f72e64, 29d8902 and vpre (an early V' load, not kept), visit 65
+  bench_ops_ocl_q4_tc64_h200.csv           db78d95 against 1f72e64, q4 ragged rows at token cost 64, visit 64
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -51,18 +56,55 @@ def commits_table(rows, title, caption):
            "|---|---|---|---|" + "---|" * (2 * len(commits) - 1)]
     for key in sorted(cells):
         c = cells[key]
-        if any(k not in c for k in commits):
+        if commits[0] not in c or len(c) < 2:
             continue
-        t = [_mean([x for x, _ in c[k]]) for k in commits]
-        f = [_mean([y for _, y in c[k]]) for k in commits]
+        # A variant timed on some rows only (an experiment on one kernel) shows "–" on the others.
+        t = [_mean([x for x, _ in c[k]]) if k in c else None for k in commits]
+        f = [_mean([y for _, y in c[k]]) if k in c else None for k in commits]
         out.append(f"| {key[0]} | {key[1] or '–'} | {key[2]} | {key[3]} | "
-                   + " | ".join(f"{a:.4f} ({b:.2f})" for a, b in zip(t, f)) + " | "
-                   + " | ".join(f"{t[0] / x:.3f}×" for x in t[1:]) + " |")
+                   + " | ".join("–" if a is None else f"{a:.4f} ({b:.2f})" for a, b in zip(t, f)) + " | "
+                   + " | ".join("–" if x is None else f"{t[0] / x:.3f}×" for x in t[1:]) + " |")
     return out + [""]
 
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_quant_alpha_h200.csv",
+     "### OpenCL quantized decodes with the softmax state in registers (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each binary one after the other "
+     "(`docs/data/{file}`, mean; visit 67). The PTX that NVIDIA's driver built for attn_decode_quant at `1f72e64` "
+     "(read from kvcomp's program cache with `tools/report/cl_cache_dump.py`) kept the work-item's whole softmax "
+     "state, running max, sums and value accumulators, in off-chip private memory: 55 `ld.local` / 67 `st.local` "
+     "for ZipCache and 38 / 47 for KIVI-2, against 4 / 18 at `db78d95`, before the lazy running max. The lazy "
+     "max's helpers looped over a run-time head count on array parameters, and the kernel's end indexed the state "
+     "by a run-time head. Now the helpers take one head, the kernels loop over their literal GB under `#pragma "
+     "unroll`, and the quantized decode sums every head at once in the staged block's local memory. Its PTX has no "
+     "private-memory access left (visit 66). `5aeeb7b` and `qalpha` differ only in how the softmax tile computes "
+     "the rescale factor, which is the same number either way: from the slot, as the other decodes do, or from "
+     "the moved max. NVIDIA's compiler made KIVI-2 at batch 1 6-10 % slower with the first, so the kept code "
+     "(`qalpha`, committed after this run with a comment added) uses the second. ZipCache's batch-1 loss "
+     "since the lazy max (0.92-0.95× of `db78d95`, visit 64: `bench_ops_ocl_zipcache_b1_h200.csv`) is gone. "
+     "Shapes: Llama-3-8B's attention (32 query / 8 KV heads, head dim 128); ZipCache blocks of 100 tokens (40 at "
+     "4 bits, 60 at 2), KIVI-2 groups of 32. Cells: ms (fraction of the copy bandwidth of the same run for the "
+     "bytes read)."),
+    ("bench_ops_ocl_private_state2_h200.csv",
+     "### The same change on every OpenCL decode (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps fp16,quant,lowrank` ({date}, `docs/data/{file}`, two passes; visit 66): `1f72e64` against "
+     "`5aeeb7b`, whose fp16 and ragged decodes are the kept ones. Their PTX had no private-memory access "
+     "before either, and they are unchanged within 1 %; the quantized rows are `5aeeb7b`'s, see the table above "
+     "for the kept version."),
+    ("bench_ops_ocl_private_state_h200.csv",
+     "### The first version, `29d8902`, and an experiment: the f16 ragged decode's first V' rows loaded early (H200)",
+     "The same sweep ({date}, `docs/data/{file}`, two passes; visit 65). `29d8902` computed every decode's rescale "
+     "factor from the moved max. The fp16 decode was 4-5 % slower than `1f72e64` at all four points, so `5aeeb7b` "
+     "went back to the slot's factor there. `vpre` (commit column; `29d8902` plus the f16 ragged decode issuing "
+     "its first V_UNROLL V' rows per work-item before the tile's first barrier, so that their latency would pass "
+     "during the scores and the softmax) was 1-7 % slower than `29d8902` at all eight points and was not kept."),
+    ("bench_ops_ocl_q4_tc64_h200.csv",
+     "### The OpenCL q4 ragged decode at the engine's per-token cost of 64 (H200)",
+     "`bench_ops --sweeps fp16,lowrank --token-costs 64` ({date}, `docs/data/{file}`, two passes; visit 64): the "
+     "rows the tables below timed at a cost of 1, now at the engine's 64 (profile column `tc64_p50` / `tc64_p70`), "
+     "`db78d95` against `1f72e64` (the lazy running max). The fp16 rows are the same run's."),
     ("bench_ops_ocl_lazymax_h200.csv",
      "### OpenCL decodes with a lazily moved running max (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}), two passes of each binary one after "
