@@ -36,6 +36,10 @@ fi
   step $B/kvcomp info
   KVCOMP_TEST_REQUIRE=cuda step $B/test_backend_ops -b cuda
   KVCOMP_TEST_REQUIRE=opencl step $B/test_backend_ops -b $OCL_GPU
+  # The OpenCL decodes' per-work-item state must stay in registers: the PTX NVIDIA's driver built for
+  # them (kvcomp's program cache, now holding every decode the tests compiled) has no ld.local / st.local.
+  step python3 tools/report/cl_cache_dump.py "$KVCOMP_CL_CACHE_DIR" \
+    --no-private '^kvc_(attn_decode_split|adq_split|attn_decode_ragged|attn_decode_ragged_q4)$'
   step $B/kvcomp_unit_tests --gtest_brief=1
   step $B/kvcomp selfcheck -b cuda
   step $B/kvcomp selfcheck -b $OCL_GPU

@@ -5,7 +5,12 @@ writes each as a 48-byte file_header, then the driver's program binary) and, for
 needs: the entry points, the PTX lines, local-memory traffic (ld.local / st.local: private arrays or
 structs the compiler did not keep in registers), shared-memory atomics and barriers.
 
-  python3 tools/report/cl_cache_dump.py CACHE_DIR [OUT_DIR]
+  python3 tools/report/cl_cache_dump.py CACHE_DIR [OUT_DIR] [--no-private REGEX]
+
+--no-private REGEX also lists, per kernel entry whose name matches REGEX, its ld.local / st.local, and
+exits 1 if any has some: a guard for kernels whose per-work-item state must stay in registers (the decodes:
+NVIDIA's compiler once kept attn_decode_quant's softmax state in private memory, 55 ld.local / 67 st.local,
+and nothing else showed it; docs/kernel_notes.md, "The OpenCL kernels").
 
 A GPU-host visit copies the cache folder of each binary's run into $OUT (a fresh KVCOMP_CL_CACHE_DIR per
 binary, so each folder holds only that run's programs); this script then compares them here without
@@ -41,11 +46,38 @@ def summarize(text):
     return out
 
 
+def entries(text):
+    """(name, PTX text) of each kernel entry: from its .entry line to the next entry or function."""
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^\s*(?:\.visible\s+)?\.entry\s+(\w+)", text, re.M)]
+    ends = [m.start() for m in re.finditer(r"^\s*(?:\.visible\s+)?\.(?:entry|func)\b", text, re.M)]
+    out = []
+    for pos, name in starts:
+        end = min([e for e in ends if e > pos] + [len(text)])
+        out.append((name, text[pos:end]))
+    return out
+
+
+def private_traffic(text, pattern):
+    """[(entry, ld.local count, st.local count)] for the entries whose name matches pattern."""
+    return [(name, len(re.findall(_COUNTS["ld.local"], body)), len(re.findall(_COUNTS["st.local"], body)))
+            for name, body in entries(text) if re.search(pattern, name)]
+
+
 def main(argv):
-    if len(argv) < 2:
+    args = argv[1:]
+    guard = None
+    if "--no-private" in args:
+        i = args.index("--no-private")
+        if i + 1 >= len(args):
+            print("--no-private needs a REGEX of kernel entry names", file=sys.stderr)
+            return 2
+        guard = args[i + 1]
+        del args[i:i + 2]
+    if not args or len(args) > 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    cache, out_dir = argv[1], (argv[2] if len(argv) > 2 else None)
+    cache, out_dir = args[0], (args[1] if len(args) > 1 else None)
+    failed = []
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     n = 0
@@ -67,11 +99,20 @@ def main(argv):
             s = summarize(text)
             print(f"{name}: entries {','.join(s['entries'])}; " +
                   ", ".join(f"{k} {s[k]}" for k in _COUNTS))
+            if guard is not None:
+                for entry, ld, st in private_traffic(text, guard):
+                    verdict = "ok" if ld + st == 0 else "PRIVATE MEMORY"
+                    print(f"  {entry}: ld.local {ld}, st.local {st}: {verdict}")
+                    if ld + st:
+                        failed.append(entry)
             if out_dir:
                 with open(os.path.join(out_dir, name + ".ptx"), "w") as f:
                     f.write(text)
     if n == 0:
         print(f"no cached programs under {cache}", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"kernels with private-memory traffic: {', '.join(sorted(set(failed)))}", file=sys.stderr)
         return 1
     return 0
 
