@@ -157,15 +157,7 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
             lsum[g] *= alpha;
             for (int v = 0; v < VPT; ++v) acc[g][v] *= alpha;
         }
-        for (int e = tid; e < tn * G; e += NT) {
-            // Head e % G's max by selects over literal indices: mn[e % G] would keep the whole array
-            // in off-chip private memory (NVIDIA's PTX had 13 ld.local / 9 st.local).
-            const int ge = e % G;
-            float m_e = mn[0];
-#pragma unroll
-            for (int g = 1; g < G; ++g) m_e = ge == g ? mn[g] : m_e;
-            p_l[e] = exp2(s_l[e] - m_e);
-        }
+        for (int e = tid; e < tn * G; e += NT) p_l[e] = exp2(s_l[e] - mn[e % G]);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 3. values
         for (int j = 0; j < tn; ++j) {
