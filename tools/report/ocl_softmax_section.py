@@ -12,6 +12,7 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_private_state2_h200.csv    1f72e64 against 5aeeb7b, every decode, two passes, visit 66
   bench_ops_ocl_private_state_h200.csv     1f72e64, 29d8902 and vpre (an early V' load, not kept), visit 65
   bench_ops_ocl_q4_tc64_h200.csv           db78d95 against 1f72e64, q4 ragged rows at token cost 64, visit 64
+  bench_ops_ocl_palu_private_h200.csv      80a0fee against e97928c (Palu's maxima by selects; reverted), visit 69
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -27,7 +28,7 @@ def _row_label(op):
     if op in _OPS:
         return _OPS[op]
     for prefix, pages in (("decode_lowrank_q4_balanced_", "ragged q4, balanced"),
-                          ("decode_lowrank_balanced_", "ragged f16, balanced")):
+                          ("decode_lowrank_balanced_", "ragged f16, balanced"), ("decode_palu_", "palu")):
         if op.startswith(prefix):
             return pages, op[len(prefix):]
     return None
@@ -100,6 +101,14 @@ _TABLES = [
      "went back to the slot's factor there. `vpre` (commit column; `29d8902` plus the f16 ragged decode issuing "
      "its first V_UNROLL V' rows per work-item before the tile's first barrier, so that their latency would pass "
      "during the scores and the softmax) was 1-7 % slower than `29d8902` at all eight points and was not kept."),
+    ("bench_ops_ocl_palu_private_h200.csv",
+     "### Experiment, reverted: the Palu decode's maxima picked by selects (H200, NVIDIA's driver)",
+     "The guard added to `tools/gpu_host/run_checks.sh` (`tools/report/cl_cache_dump.py --no-private`) found "
+     "private-memory traffic in one OpenCL decode after this change: Palu's (13 ld.local / 9 st.local; its "
+     "probabilities read the running max as `mn[e % G]`). `e97928c` picked it with selects over literal indices; "
+     "NVIDIA's PTX then had 27 / 9, and the time moved by 0.3-1 % ({date}, `docs/data/{file}`, two passes, 5 "
+     "reps each; visit 69), so it was reverted. Palu's OpenCL kernel rebuilds every key at full width and is "
+     "compute-bound. The shapes are those of the tables above."),
     ("bench_ops_ocl_q4_tc64_h200.csv",
      "### The OpenCL q4 ragged decode at the engine's per-token cost of 64 (H200)",
      "`bench_ops --sweeps fp16,lowrank --token-costs 64` ({date}, `docs/data/{file}`, two passes; visit 64): the "
