@@ -191,7 +191,7 @@ void kvc_attn_decode_split(global const float * q, ulong q_off, global const hal
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * HD4, c);
             }
         }
-        #pragma unroll
+#pragma unroll
         for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
         if (tid < t_end - t0 - NT && tid < NT) next_rows[tid] = KVC_ROW(t0 + NT + tid);
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -223,7 +223,7 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                 for (int g = 0; g < GB; ++g) s[g] += KVC_DOTQ(kv, q4 + g * (QSTR / 4), cc);
             }
         }
-        #pragma unroll
+#pragma unroll
         for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);

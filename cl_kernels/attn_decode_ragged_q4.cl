@@ -185,7 +185,7 @@ void kvc_attn_decode_ragged_q4(global const float * q, ulong q_off, global const
             for (int g = 0; g < GB; ++g) s[g] = kp.y * qc[g] + kp.x * qsum_l[g];
             vpar_l[tid] = vload_half2(0, (global const half *)(v_words + vrow_l[cur + tid]));
         }
-        #pragma unroll
+#pragma unroll
         for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
