@@ -20,7 +20,8 @@
 //          sit in one 32-bit word of the value row; it dequantizes them
 //          ((code * vstep + vmin) * vscale) and accumulates p * v for the GB heads over its slot's
 //          tokens.
-//     At the end the slot accumulators are summed in local memory. With n_splits == 1 the result
+//     At the end the slot accumulators of every head are summed at once, in the staged block's local
+//     array (no longer read by then). With n_splits == 1 the result
 //     and lse go straight to out/lse; otherwise the unnormalized o, the running max m (log2 domain)
 //     and the sum l go to the scratch buffer.
 //   kvc_adq_merge: combines the splits of each (request, query head) like attn_decode's merge and

@@ -93,7 +93,8 @@ inline void kvc_clear_max(local int * slots, int gb) {
 // in registers. (While they took arrays and looped over a run-time gb, NVIDIA's OpenCL compiler kept
 // the quantized decode's whole softmax state in off-chip private memory: 55 ld.local and 67 st.local
 // in its PTX, against 4 and 18 before the lazy max. A run-time head index at the kernel's end had
-// the same effect; kernels read private per-head arrays with literal indices only.)
+// the same effect, so the fp16, quantized and ragged decodes read their private per-head arrays with
+// literal indices only; tools/report/cl_cache_dump.py --no-private checks their PTX on the GPU host.)
 // Phase 1's end: this work-item's score s of head g into the slot set of tile `it` if it exceeds the
 // running max m by more than KVC_LAZY_MAX.
 inline void kvc_propose_max(local int * slots, int it, int gb, int g, float s, float m) {
