@@ -8,7 +8,7 @@ structs the compiler did not keep in registers), shared-memory atomics and barri
   python3 tools/report/cl_cache_dump.py CACHE_DIR [OUT_DIR] [--no-private REGEX]
 
 --no-private REGEX also lists, per kernel entry whose name matches REGEX, its ld.local / st.local, and
-exits 1 if any has some: a guard for kernels whose per-work-item state must stay in registers (the decodes:
+exits 1 if any has some, or if no entry matches (so an empty cache or a renamed kernel cannot pass): a guard for kernels whose per-work-item state must stay in registers (the decodes:
 NVIDIA's compiler once kept attn_decode_quant's softmax state in private memory, 55 ld.local / 67 st.local,
 and nothing else showed it; docs/kernel_notes.md, "The OpenCL kernels").
 
@@ -77,7 +77,7 @@ def main(argv):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     cache, out_dir = args[0], (args[1] if len(args) > 1 else None)
-    failed = []
+    failed, guarded = [], 0
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
     n = 0
@@ -101,6 +101,7 @@ def main(argv):
                   ", ".join(f"{k} {s[k]}" for k in _COUNTS))
             if guard is not None:
                 for entry, ld, st in private_traffic(text, guard):
+                    guarded += 1
                     verdict = "ok" if ld + st == 0 else "PRIVATE MEMORY"
                     print(f"  {entry}: ld.local {ld}, st.local {st}: {verdict}")
                     if ld + st:
@@ -110,6 +111,9 @@ def main(argv):
                     f.write(text)
     if n == 0:
         print(f"no cached programs under {cache}", file=sys.stderr)
+        return 1
+    if guard is not None and guarded == 0:
+        print(f"no kernel entry under {cache} matches {guard!r}: nothing was checked", file=sys.stderr)
         return 1
     if failed:
         print(f"kernels with private-memory traffic: {', '.join(sorted(set(failed)))}", file=sys.stderr)
