@@ -13,7 +13,8 @@
 //      every batch x prompt length of --prefill; TFLOP/s counts 4 * head_dim * n_q_heads flops
 //      per visible (query, key) pair, i.e. the causal half: sum over b of L_b (L_b + 1) / 2.
 // Times are the median of --reps runs after --warmup runs, each timed with the backend's device
-// timer (OpenCL profiling events, CUDA events, wall clock on the CPU). Sizes that do not fit in
+// timer (OpenCL profiling events, CUDA events, wall clock on the CPU); with --cold, each timed run
+// is queued behind an untimed device copy (tests/backend_ops_cases.h, cache_flush). Sizes that do not fit in
 // 80% of the device memory are skipped. A table goes to stdout and, with --csv, rows to a CSV
 // file (header written when the file is new) with the device, driver, backend and git SHA.
 #include <algorithm>
@@ -52,6 +53,7 @@ struct options {
     std::vector<int64_t> quant_dims{128};                       // head widths of the quant sweep
     std::string sweep_rows;                                     // regex over their row names
     int reps = 20, warmup = 3;
+    int64_t cold_mib = 0;  // --cold: the evicting copy before each timed run (cache_flush)
     int64_t copy_mib = 0;  // 0: by device kind
     std::string csv, commit = KVCOMP_GIT_SHA;
     uint64_t seed = 42;
@@ -89,6 +91,10 @@ void usage() {
         "  --sweep-rows RE   only the sweep rows whose name matches RE (e.g. 'fp16|balanced_p50')\n"
         "  --reps N          timed runs per case (default 20), median reported\n"
         "  --warmup N        untimed runs first (default 3)\n"
+        "  --cold [MIB]      queue each timed run behind an untimed device copy of MIB MiB (default 256):\n"
+        "                    the case's data leaves the caches, and the device is busy while the host\n"
+        "                    launches the run, so CUDA times exclude the host's launch latency (as\n"
+        "                    OpenCL's profiling events always do); the CSV's commit gets '+cold'\n"
         "  --copy-mib N      copy-bandwidth source size in MiB (default 1024 on GPUs, 64 on CPU devices)\n"
         "  --csv FILE        append rows to FILE (header if new)\n"
         "  --commit SHA      git SHA for the CSV (default: baked in at configure time: %s)\n"
@@ -228,6 +234,10 @@ bool parse(int argc, char ** argv, options & o) {
             o.reps = std::max(1, std::stoi(value()));
         } else if (a == "--warmup") {
             o.warmup = std::max(0, std::stoi(value()));
+        } else if (a == "--cold") {
+            o.cold_mib = 256;
+            if (i + 1 < argc && std::isdigit(static_cast<unsigned char>(argv[i + 1][0])))
+                o.cold_mib = std::max<int64_t>(1, std::stoll(argv[++i]));
         } else if (a == "--copy-mib") {
             o.copy_mib = std::max<int64_t>(1, std::stoll(value()));
         } else if (a == "--csv") {
@@ -240,6 +250,7 @@ bool parse(int argc, char ** argv, options & o) {
             throw std::invalid_argument("unknown argument '" + a + "' (see --help)");
         }
     }
+    if (o.cold_mib > 0) o.commit += "+cold";  // the timing mode travels with the rows
     return true;
 }
 
@@ -323,7 +334,8 @@ class reporter {
 };
 
 // Times one case, or explains why not; returns false on an error (not on unsupported / too big).
-bool bench_case(test_case & tc, backend & be, const device_info & dev, const options & o, row & w) {
+bool bench_case(test_case & tc, backend & be, const device_info & dev, const options & o, cache_flush * cold,
+                row & w) {
     w.op = op_name(tc.op());
     w.shape = tc.vars();
     const uint64_t need = tc.device_bytes();
@@ -332,7 +344,7 @@ bool bench_case(test_case & tc, backend & be, const device_info & dev, const opt
         return true;
     }
     try {
-        w.r = time_case(tc, be, o.warmup, o.reps, o.seed);
+        w.r = time_case(tc, be, o.warmup, o.reps, o.seed, cold);
         if (!w.r.supported) w.note = "not supported: " + w.r.reason;
         return true;
     } catch (const std::exception & e) {
@@ -346,13 +358,15 @@ bool bench_device(const device_entry & dev, const options & o) {
     reporter rep(o, dev.info);
     rep.header();
     std::unique_ptr<backend> be = dev.create();
+    std::unique_ptr<cache_flush> cold;
+    if (o.cold_mib > 0) cold = std::make_unique<cache_flush>(*be, o.cold_mib, o.seed);
 
     // 1. Copy bandwidth: the reference every other number is compared with.
     {
         const int64_t mib = o.copy_mib ? o.copy_mib : dev.info.is_gpu ? 1024 : 64;
         case_ptr c = make_copy_case(dtype::f32, dtype::f32, mib * (int64_t(1) << 20) / 4);
         row w;
-        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        ok = bench_case(*c, *be, dev.info, o, cold.get(), w) && ok;
         w.op = "copy_bw";
         if (w.note.empty()) rep.copy_gbps = w.r.gbps;
         rep.emit(w);
@@ -367,7 +381,7 @@ bool bench_device(const device_entry & dev, const options & o) {
             if (!o.ops.empty() && !o.ops.count(op_name(tc->op()))) continue;
             if (!o.pattern.empty() && !std::regex_search(tc->vars(), re)) continue;
             row w;
-            ok = bench_case(*tc, *be, dev.info, o, w) && ok;
+            ok = bench_case(*tc, *be, dev.info, o, cold.get(), w) && ok;
             rep.emit(w);
         }
     }
@@ -378,7 +392,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     // Times one sweep case and reports it as row `name` at (batch, context).
     const auto sweep_point = [&](const case_ptr & c, const std::string & name, int64_t batch, int64_t ctx) {
         row w;
-        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        ok = bench_case(*c, *be, dev.info, o, cold.get(), w) && ok;
         w.op = name;
         w.batch = batch;
         w.context = ctx;
@@ -447,7 +461,7 @@ bool bench_device(const device_entry & dev, const options & o) {
     for (const auto & [batch, len] : o.prefill) {
         case_ptr c = make_attn_prefill_case(std::vector<int64_t>(size_t(batch), len), 32, 8, 128);
         row w;
-        ok = bench_case(*c, *be, dev.info, o, w) && ok;
+        ok = bench_case(*c, *be, dev.info, o, cold.get(), w) && ok;
         w.op = "prefill_fp16";
         w.batch = batch;
         w.context = len;
@@ -459,7 +473,7 @@ bool bench_device(const device_entry & dev, const options & o) {
             rs.balanced_prefill = balanced;
             case_ptr cr = make_attn_prefill_ragged_case(rs);
             row wr;
-            ok = bench_case(*cr, *be, dev.info, o, wr) && ok;
+            ok = bench_case(*cr, *be, dev.info, o, cold.get(), wr) && ok;
             wr.op = std::string("prefill_lowrank_") + (balanced ? "balanced_" : "plain_") + profiles[0].name;
             wr.batch = batch;
             wr.context = len;
@@ -507,8 +521,9 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    std::printf("bench_ops: commit %s, %s build, median of %d after %d warm-up runs\n", o.commit.c_str(),
-                KVCOMP_BUILD_TYPE, o.reps, o.warmup);
+    std::printf("bench_ops: commit %s, %s build, median of %d after %d warm-up runs%s\n", o.commit.c_str(),
+                KVCOMP_BUILD_TYPE, o.reps, o.warmup,
+                o.cold_mib > 0 ? (", each behind a " + std::to_string(o.cold_mib) + " MiB device copy").c_str() : "");
     bool ok = true;
     for (const auto * d : selected) {
         try {

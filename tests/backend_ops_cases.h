@@ -177,9 +177,27 @@ struct perf_result {
     int reps = 0;
 };
 
+// A device copy of `mib` MiB (f32 to f32) kept on a backend to run before timed runs (time_case's
+// cold mode): it evicts a case's data from the device's caches and keeps the device busy while the
+// host enqueues the timed run, so the time excludes the host's launch latency (CUDA events
+// otherwise include it; OpenCL's profiling events never do). 256 MiB is about 120 us of copying
+// on an H200 and five times its L2 cache.
+class cache_flush {
+  public:
+    cache_flush(backend & be, int64_t mib, uint64_t seed);
+    ~cache_flush();
+    void enqueue();  // asynchronous where the backend is
+
+  private:
+    backend & be_;
+    case_ptr copy_;
+    std::vector<buffer_ptr> bufs_;
+    op_desc op_;
+};
+
 // Uploads once, runs `warmup` times, then times `reps` runs one by one with the backend's device
-// timer and reports the median.
-perf_result time_case(test_case & tc, backend & be, int warmup, int reps, uint64_t seed);
+// timer and reports the median. With `cold`, each timed run follows cold->enqueue() (untimed).
+perf_result time_case(test_case & tc, backend & be, int warmup, int reps, uint64_t seed, cache_flush * cold = nullptr);
 
 // Prepares and runs the case on `be` alone (no comparison); throws what backend::run throws.
 void run_case(test_case & tc, backend & be, uint64_t seed);

@@ -439,7 +439,23 @@ compare_result compare_backends(test_case & tc, backend & target, backend & refe
     return res;
 }
 
-perf_result time_case(test_case & tc, backend & be, int warmup, int reps, uint64_t seed) {
+cache_flush::cache_flush(backend & be, int64_t mib, uint64_t seed)
+    : be_(be), copy_(make_copy_case(dtype::f32, dtype::f32, mib * (int64_t(1) << 20) / 4)) {
+    test_rng rng(seed);
+    copy_->prepare(rng);
+    device_tensors d = place(*copy_, be, false);  // what it copies does not matter
+    copy_->release_host();
+    op_ = copy_->build(d.views);
+    bufs_ = std::move(d.bufs);
+}
+
+cache_flush::~cache_flush() = default;
+
+void cache_flush::enqueue() {
+    be_.run(op_);
+}
+
+perf_result time_case(test_case & tc, backend & be, int warmup, int reps, uint64_t seed, cache_flush * cold) {
     perf_result r;
     test_rng rng(seed ^ hash_string(tc.name()));
     tc.prepare(rng);
@@ -458,6 +474,7 @@ perf_result time_case(test_case & tc, backend & be, int warmup, int reps, uint64
     be.synchronize();
     std::vector<double> ms;
     for (int i = 0; i < std::max(1, reps); ++i) {
+        if (cold) cold->enqueue();
         be.timer_start();
         be.run(op);
         ms.push_back(be.timer_stop_ms());
