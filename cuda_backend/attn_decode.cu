@@ -42,6 +42,7 @@
 
 #include "common.cuh"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 
 namespace kvcomp::cuda {
 
@@ -78,6 +79,7 @@ constexpr size_t decode_smem_bytes() {
 
 template <int D, int QP, int U, int NST>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int L = D / 8;  // lanes per token row
     constexpr int G = 32 / L;  // tokens per warp per load
     constexpr int S = kWarps * U * G;  // tokens per block iteration
@@ -253,6 +255,7 @@ __global__ void attn_decode_merge_kernel(const float * __restrict__ part_o,
                                          int n_splits, int head_dim) {
     const int64_t row = blockIdx.x;
     const float * lse = part_lse + row * n_splits;
+    wait_for_producer();  // the partials are the decode's
     float mx = -INFINITY;
     for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, lse[s]);
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -438,9 +441,8 @@ void run_attn_decode(context & ctx, const op_desc & op) {
     }
     dispatch(D, qp, ctx, args, work * splits, nullptr, nullptr);
     if (splits > 1) {
-        attn_decode_merge_kernel<<<unsigned(p.batch * p.n_q_heads), unsigned(D), 0, ctx.stream>>>(
-            args.part_o, args.part_lse, args.out, args.n_splits, D);
-        KVCOMP_CUDA_CHECK_LAUNCH();
+        launch_consumer(ctx, attn_decode_merge_kernel, unsigned(p.batch * p.n_q_heads), unsigned(D), 0, args.part_o,
+                        args.part_lse, args.out, args.n_splits, D);
     }
 }
 

@@ -57,6 +57,7 @@
 #include "attn_decode_quant.cuh"
 #include "common.cuh"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 #include "head_dims.cuh"
 
 namespace kvcomp::cuda {
@@ -277,6 +278,7 @@ size_t dq_smem_bytes(int stage_bytes, int n_stages) {
 
 template <int D, int QP, int CPL>
 __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int L = lanes_per_row(D, CPL);  // lanes per token row (the last may hold no channels)
     constexpr int G = 32 / L;                 // tokens per warp step
     static_assert(D % CPL == 0 && L <= 32 && QP <= L, "lane mapping");
@@ -401,6 +403,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     const int64_t row = blockIdx.x / blocks_per_row;
     const int tid = threadIdx.x, c0 = int(blockIdx.x % blocks_per_row) * cpb;
     const float * lse = part_lse + row * n_splits;
+    wait_for_producer();  // the partials are the decode's
     float mx = -INFINITY;
     for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, lse[s]);
     mx = block_max(mx, scratch);
@@ -665,9 +668,8 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     if (splits > 1) {
         const int64_t rows = p.batch * p.n_q_heads;
         const int cpb = rows < ctx.sm_count && D % 32 == 0 ? 32 : D;  // channels per merge block (see the kernel)
-        attn_decode_quant_merge_kernel<<<unsigned(rows * (D / cpb)), kMergeThreads, 0, ctx.stream>>>(
-            a.part_o, a.part_lse, a.out, a.lse, a.n_splits, D, cpb);
-        KVCOMP_CUDA_CHECK_LAUNCH();
+        launch_consumer(ctx, attn_decode_quant_merge_kernel, unsigned(rows * (D / cpb)), kMergeThreads, 0, a.part_o,
+                        a.part_lse, a.out, a.lse, a.n_splits, D, cpb);
     }
 }
 

@@ -59,6 +59,7 @@
 #include "attn_decode_quant.cuh"
 #include "decode_common.cuh"
 #include "decode_mma.cuh"
+#include "dependent_launch.cuh"
 #include "head_dims.cuh"
 
 namespace kvcomp::cuda::dq {
@@ -505,6 +506,7 @@ __device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vsca
 // a template parameter so a token row's value parameters are one load and the group loop unrolls.
 template <int D, bool CS, int MPG>
 __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_kernel(const args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int MT = D / 16;
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);

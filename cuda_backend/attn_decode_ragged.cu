@@ -43,6 +43,7 @@
 
 #include "common.cuh"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 #include "ragged_common.cuh"
 #include "ragged_stream.cuh"
 
@@ -200,6 +201,7 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
 
 template <int QP>
 __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdecode_args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
 
@@ -252,6 +254,9 @@ __global__ void __launch_bounds__(W * 32, W <= 8 ? 3 : 1) ragged_merge_kernel(co
     const int b = bc / a.n_kv_heads, c = bc % a.n_kv_heads;
     const int ptr = a.batch * a.n_kv_heads + 1;
     const int t0 = a.merge[bc], n = a.merge[bc + 1] - t0;
+    // Every block waits, the ones with nothing to merge too: this grid must not end before the
+    // decode (dependent_launch.cuh), which later kernels of the stream only wait for through it.
+    wait_for_producer();
     if (n == 1) return;  // its task wrote out directly
     const ragged_head hd = load_head(a.heads, c);
     const int vw = min(max(hd.v_width, 1), a.max_width);
@@ -389,11 +394,11 @@ task_kernel<rdecode_args> task_kernel_for(const ragged_layout & l, int group, bo
 template <int J>
 void launch_merge(context & ctx, dim3 grid, int depth, const ragged_merge_args & a) {
     if (depth == 0)
-        ragged_merge_kernel<J, 1, 8><<<grid, 8 * 32, 0, ctx.stream>>>(a);
+        launch_consumer(ctx, ragged_merge_kernel<J, 1, 8>, grid, 8 * 32, 0, a);
     else if (depth == 1)
-        ragged_merge_kernel<J, 32 / J, 8><<<grid, 8 * 32, 0, ctx.stream>>>(a);
+        launch_consumer(ctx, ragged_merge_kernel<J, 32 / J, 8>, grid, 8 * 32, 0, a);
     else
-        ragged_merge_kernel<J, 32 / J, 16><<<grid, 16 * 32, 0, ctx.stream>>>(a);
+        launch_consumer(ctx, ragged_merge_kernel<J, 32 / J, 16>, grid, 16 * 32, 0, a);
 }
 
 }  // namespace

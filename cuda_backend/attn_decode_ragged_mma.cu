@@ -31,6 +31,7 @@
 
 #include "decode_common.cuh"
 #include "decode_mma.cuh"
+#include "dependent_launch.cuh"
 #include "ragged_common.cuh"
 #include "ragged_stream.cuh"
 
@@ -222,6 +223,7 @@ __device__ __forceinline__ int step_bound(int n) {
 template <int W, int SB>
 __global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
     attn_decode_ragged_mma_kernel(const rdecode_args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
     rtask t;

@@ -17,6 +17,7 @@
 #include <climits>
 
 #include "common.cuh"
+#include "dependent_launch.cuh"
 #include "ragged_common.cuh"
 
 namespace kvcomp::cuda {
@@ -52,6 +53,7 @@ __device__ __forceinline__ float q4_param(const uint8_t * row, int i) {
 
 template <int QP>
 __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q4_args a) {
+    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     __shared__ float q_s[QP][kMaxWidth];
     __shared__ float p_s[QP][kThreads];
     __shared__ float red_s[kThreads / 32][QP];

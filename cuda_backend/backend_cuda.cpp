@@ -129,6 +129,8 @@ class cuda_backend : public backend {
         KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.sm_count, cudaDevAttrMultiProcessorCount, device));
         KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_major, cudaDevAttrComputeCapabilityMajor, device));
         KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&ctx_.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+        const char * dl = std::getenv("KVCOMP_DEPENDENT_LAUNCH");
+        ctx_.dependent_launch = ctx_.cc_major >= 9 && !(dl && std::string(dl) == "0");
         try {
             // Non-blocking: no implicit ordering with the legacy default stream of other code.
             KVCOMP_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));

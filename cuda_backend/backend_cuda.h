@@ -64,6 +64,9 @@ class context {
     cublasHandle_t cublas = nullptr;
     int sm_count = 1;
     int cc_major = 0, cc_minor = 0;
+    // Merge kernels launch as dependents of their decode (dependent_launch.cuh): sm_90 and later,
+    // unless KVCOMP_DEPENDENT_LAUNCH=0.
+    bool dependent_launch = false;
 
     // Device scratch of at least `bytes`, valid until the next workspace() call. Work already
     // enqueued on the stream may still read the old scratch, so growing synchronizes the stream
