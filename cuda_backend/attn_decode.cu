@@ -79,7 +79,6 @@ constexpr size_t decode_smem_bytes() {
 
 template <int D, int QP, int U, int NST>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int L = D / 8;  // lanes per token row
     constexpr int G = 32 / L;  // tokens per warp per load
     constexpr int S = kWarps * U * G;  // tokens per block iteration
@@ -239,6 +238,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
     // Outstanding groups only hold zero-fills of masked slots; they must land before the ring
     // is reused for the merge below.
     cp_async_wait<0>();
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     // Warps merge through shared memory (the ring is free: publish_warp_states' first barrier
     // waits for every lane's last read of its staging slots).

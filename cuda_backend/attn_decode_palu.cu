@@ -68,7 +68,6 @@ size_t palu_smem_bytes(int64_t max_width, int64_t hd) {
 }
 
 __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ float sm[];
     const int hd = a.head_dim, mw = a.max_width;
     float * sB = sm;                  // [mw][hd]
@@ -188,6 +187,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_a
             }
         }
     }
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     if (warp >= nh) return;
     const int h = h0 + warp;

@@ -278,7 +278,6 @@ size_t dq_smem_bytes(int stage_bytes, int n_stages) {
 
 template <int D, int QP, int CPL>
 __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int L = lanes_per_row(D, CPL);  // lanes per token row (the last may hold no channels)
     constexpr int G = 32 / L;                 // tokens per warp step
     static_assert(D % CPL == 0 && L <= 32 && QP <= L, "lane mapping");
@@ -375,6 +374,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
     // Groups still outstanding are empty (issue() copies nothing past this split's items); wait
     // anyway so that no copy can land in the ring once it is reused for the merge below.
     cp_async_wait<0>();
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     float * sm = reinterpret_cast<float *>(ring);  // the warps merge through the ring
     publish_warp_states<L, QP, CPL, kWarps, D>(st.m, st.l, st.o, sm);

@@ -506,7 +506,6 @@ __device__ __forceinline__ void item_end(wstate<D, CS> & st, const __half * vsca
 // a template parameter so a token row's value parameters are one load and the group loop unrolls.
 template <int D, bool CS, int MPG>
 __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_kernel(const args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     constexpr int MT = D / 16;
     extern __shared__ uint4 smem[];
     float * q_s = reinterpret_cast<float *>(smem);
@@ -666,6 +665,7 @@ __global__ void __launch_bounds__(kThreads, CS ? 2 : 3) attn_decode_quant_mma_ke
     }
     // Groups still outstanding are empty; wait anyway so no copy lands in the area reused below.
     cp_async_wait<0>();
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     if constexpr (!CS) {  // the values' group offsets, summed over the head's lanes
         float vbg = 0.0f;

@@ -186,6 +186,7 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
         }
     }
     cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     // The warps' states merge through the rings (publish_warp_states' first __syncthreads waits for
     // every warp's last reads of its stages).
@@ -201,7 +202,6 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
 
 template <int QP>
 __global__ void __launch_bounds__(kThreads) attn_decode_ragged_kernel(const rdecode_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
 

@@ -192,6 +192,7 @@ __device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t
         }
     }
     cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     // The warps' states merge through the rings.
     st.l = head_sum(st.l);
@@ -223,7 +224,6 @@ __device__ __forceinline__ int step_bound(int n) {
 template <int W, int SB>
 __global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
     attn_decode_ragged_mma_kernel(const rdecode_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
     rtask t;

@@ -53,7 +53,6 @@ __device__ __forceinline__ float q4_param(const uint8_t * row, int i) {
 
 template <int QP>
 __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q4_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     __shared__ float q_s[QP][kMaxWidth];
     __shared__ float p_s[QP][kThreads];
     __shared__ float red_s[kThreads / 32][QP];
@@ -176,6 +175,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_ragged_q4_kernel(const q
         }
         __syncthreads();  // the next tile rewrites p_s and the V rows
     }
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     if (tid == 0)
 #pragma unroll

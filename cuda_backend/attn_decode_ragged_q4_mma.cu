@@ -224,6 +224,7 @@ __device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t
         }
     }
     cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
 
     // The warps' states merge through the rings; the bias belongs to every channel.
     st.l = head_sum(st.l);
@@ -245,7 +246,6 @@ __device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t
 // bound follows the task's head: 32, 64 or 128 channels.
 template <int W>
 __global__ void __launch_bounds__(kRaggedThreads, 4) attn_decode_ragged_q4_mma_kernel(const rdecode_args a) {
-    allow_consumer_launch();  // the merge may be made resident once every block runs (dependent_launch.cuh)
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
     rtask t;
