@@ -35,6 +35,12 @@ void compile_for_test(backend & be, const std::string & source, const std::strin
 
 program_cache_stats cache_stats(const backend & be);
 
+// Whether be's device runs NVIDIA's tensor-core instruction mma.sync (m16n8k16, f16 in, f32 out)
+// written as inline PTX in OpenCL C, with the fragment layout of the PTX ISA (nv_mma_probe.cpp):
+// yes, or no with the reason (not NVIDIA's driver, the build log, or the first wrong value).
+// Compiles and runs a one-warp kernel each call. invalid_argument when `be` is not OpenCL.
+support inline_ptx_mma(backend & be);
+
 // Drops the in-memory programs of be's device so the next lookup goes to the disk cache, as a new
 // process would. Kernels already created keep their programs alive.
 void clear_memory_cache(backend & be);
