@@ -32,6 +32,7 @@ from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E
 from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
 from quant_decode_section import quant_decode_section  # noqa: E402
 from ocl_softmax_section import ocl_softmax_section  # noqa: E402
+from launch_section import launch_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -311,6 +312,7 @@ if quant:
         out.append("")
     out += quant_decode_section(d)
     out += ocl_softmax_section(d)
+    out += launch_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}

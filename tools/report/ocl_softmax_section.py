@@ -13,6 +13,7 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_private_state_h200.csv     1f72e64, 29d8902 and vpre (an early V' load, not kept), visit 65
   bench_ops_ocl_q4_tc64_h200.csv           db78d95 against 1f72e64, q4 ragged rows at token cost 64, visit 64
   bench_ops_ocl_palu_private_h200.csv      80a0fee against e97928c (Palu's maxima by selects; reverted), visit 69
+  bench_ops_ocl_q4_alpha_h200.csv          869660e against q4alpha (8ef0b32's q4 kernel, kept), q4 rows, visit 71
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -70,6 +71,14 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_q4_alpha_h200.csv",
+     "### The OpenCL q4 ragged decode's rescale factor from the moved max (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), q4 rows only, two passes of each binary one "
+     "after the other (`docs/data/{file}`, mean; visit 71): `869660e` against the kernel of `8ef0b32` (commit column "
+     "`q4alpha`), which computes the rescale factor alpha from the moved max, as the quantized decode does, instead "
+     "of from the head's slot. The same number either way; 1.01-1.04× at all eight points. Its PTX has no "
+     "private-memory access (the guard of `tools/report/cl_cache_dump.py`, same visit).",
+     ),
     ("bench_ops_ocl_quant_alpha_h200.csv",
      "### OpenCL quantized decodes with the softmax state in registers (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each binary one after the other "
