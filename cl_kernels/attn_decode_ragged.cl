@@ -34,6 +34,13 @@
 // Preamble defines: G (query heads per KV head), GB (query heads per work-group, divides G), NT
 //   (work-group size = tile tokens, >= ceil(MW / VEC)), MW (bound on every width, the op's
 //   max_width), VEC (4 or 8 features per chunk), PAGE_SIZE, V_UNROLL (V rows in flight).
+//   KVC_NV_MMA (with KVC_ASM, the inline-assembly keyword): phase 1b on the tensor cores, for NVIDIA's
+//   driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX mma.sync works (GB <= 4,
+//   VEC 8, NT a multiple of 32). Each warp takes 16-row blocks of the staged tile: S^T = K' Q^T with
+//   M = 16 rows (A fragments read from k_l), N = 8 = (hi, lo) f16 parts of q for 4 heads (B
+//   fragments built once per work-group; hi + lo keeps q at ~fp32 precision), K = 16 channels, fp32
+//   accumulation. Lane (g, t) then holds head t's scores of rows g and g + 8; it proposes their max
+//   and writes them to p_l, where phase 2 reads each work-item's row. The value phase stays SIMT.
 
 #ifndef V_UNROLL
 #define V_UNROLL 4
@@ -131,6 +138,44 @@ inline void kvc_accumulate_v(kvc_vec * acc, float * lsum, global const half * v_
     }
 }
 
+#ifdef KVC_NV_MMA
+#define KVC_MK ((MW + 15) / 16)  // 16-channel steps of the widest K' row
+#define KSTRW (KSTR * VEC / 2)    // staged K row in 32-bit words
+
+// x rounded to f16 (nearest even) and back; and two floats as one f16x2 register, x0 in the low
+// half. In PTX: OpenCL C without cl_khr_fp16 has no half variables, and vstore_half to a private
+// variable may go through memory.
+inline float kvc_round_half(float x) {
+    float r;
+    KVC_ASM("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(r) : "f"(x));
+    return r;
+}
+inline uint kvc_pack_half2(float x0, float x1) {
+    uint r;
+    KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+
+// Channels c, c + 1 of the scaled q row qh (zeros from kw on) as two f16 in one register: their
+// f16 roundings (lo = 0) or what the roundings missed (lo = 1).
+inline uint kvc_q_pair(local const float * qh, int c, int kw, int lo) {
+    float x0 = c < kw ? qh[c] : 0.0f, x1 = c + 1 < kw ? qh[c + 1] : 0.0f;
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+    }
+    return kvc_pack_half2(x0, x1);
+}
+
+// d (16 x 8, f32) += a (16 x 16 f16, row-major) * b (16 x 8 f16, by column): fragments of the PTX ISA
+// (as cuda_backend/common.cuh, mma_16816).
+#define KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1)                                                  \
+    KVC_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "     \
+            "{%0,%1,%2,%3};"                                                                                \
+            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                        \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#endif
+
 kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const ushort * k_pages, ulong k_off,
                             global const half * v_pages, ulong v_off, global const int * indptr, ulong indptr_off,
@@ -196,6 +241,20 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     if (tid < end - first) KVC_ROWS(0, first + tid, tid);
     kvc_clear_max(mx_l, GB);
     barrier(CLK_LOCAL_MEM_FENCE);  // q, the first tile's rows, the empty max slots
+#ifdef KVC_NV_MMA
+    // Lane (g, t) of warp w: B column g = head g / 2, its hi (even g) or lo part, channels
+    // 16 kk + 2t, + 1 (bq0) and + 8, + 9 (bq1); zeros for heads past GB.
+    const int lane = tid & 31, warp = tid >> 5, mg = lane >> 2, mt = lane & 3;
+    const int nk = (kw + 15) / 16;
+    uint bq0[KVC_MK], bq1[KVC_MK];
+#pragma unroll
+    for (int kk = 0; kk < KVC_MK; ++kk) {
+        const int h = mg >> 1;
+        local const float * qh = q_l + min(h, GB - 1) * QSTR;
+        bq0[kk] = h < GB ? kvc_q_pair(qh, 16 * kk + 2 * mt, kw, mg & 1) : 0u;
+        bq1[kk] = h < GB ? kvc_q_pair(qh, 16 * kk + 2 * mt + 8, kw, mg & 1) : 0u;
+    }
+#endif
 
     // Three barriers per tile; as in attn_decode.cl the next tile's rows are looked up during this
     // one (double-buffered), and every local array a tile writes was last read before one of the
@@ -213,6 +272,35 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
         barrier(CLK_LOCAL_MEM_FENCE);
         // 1b. scores of token t0 + tid
         float s[GB];
+#ifdef KVC_NV_MMA
+        // Warps take 16-row blocks (see the banner); rows past the tile get -inf. A rows are
+        // independent in the product, so stale rows past tn only reach their own (masked) scores;
+        // channels past kw (never staged) are zeroed in the A registers.
+        for (int r0 = warp * 16; r0 < tn; r0 += NT / 2) {  // uniform per warp
+            float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+            local const uint * ra = (local const uint *)k_l + (r0 + mg) * KSTRW + mt;
+            local const uint * rb = ra + 8 * KSTRW;
+#pragma unroll
+            for (int kk = 0; kk < KVC_MK; ++kk) {
+                if (kk < nk) {
+                    const int c0 = 16 * kk + 2 * mt;
+                    uint a0 = ra[8 * kk], a1 = rb[8 * kk], a2 = ra[8 * kk + 4], a3 = rb[8 * kk + 4];
+                    if (c0 >= kw) a0 = a1 = 0u;
+                    if (c0 + 8 >= kw) a2 = a3 = 0u;
+                    KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
+                }
+            }
+            const float sa = r0 + mg < tn ? d0 + d1 : -INFINITY;
+            const float sb = r0 + mg + 8 < tn ? d2 + d3 : -INFINITY;
+            if (mt < GB) {
+                p_l[(r0 + mg) * GBP + mt] = sa;
+                p_l[(r0 + mg + 8) * GBP + mt] = sb;
+            }
+#pragma unroll
+            for (int g = 0; g < GB; ++g)
+                if (g == mt) kvc_propose_max(mx_l, it, GB, g, fmax(sa, sb), m_run[g]);
+        }
+#else
 #pragma unroll
         for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
         if (tid < tn) {
@@ -225,9 +313,14 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
         }
 #pragma unroll
         for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
+#endif
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update (rows past tn get p = 0)
+#ifdef KVC_NV_MMA
+#pragma unroll
+        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? p_l[tid * GBP + g] : -INFINITY;
+#endif
         float alpha[GB];
 #pragma unroll
         for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, it, GB, g, &m_run[g]);
