@@ -38,7 +38,7 @@
 //   driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX mma.sync works (GB <= 4,
 //   VEC 8, NT a multiple of 32). Each warp takes 16-row blocks of the staged tile: S^T = K' Q^T with
 //   M = 16 rows (A fragments read from k_l), N = 8 = (hi, lo) f16 parts of q for 4 heads (B
-//   fragments built once per work-group; hi + lo keeps q at ~fp32 precision), K = 16 channels, fp32
+//   fragments built once per work-group in qf_l; hi + lo keeps q at ~fp32 precision), K = 16 channels, fp32
 //   accumulation. Lane (g, t) then holds head t's scores of rows g and g + 8; it proposes their max
 //   and writes them to p_l, where phase 2 reads each work-item's row. The value phase stays SIMT.
 
@@ -192,6 +192,9 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     local float o_l[GB * NT * VEC];  // slot accumulators at the end, [head][slot][lane][VEC]
     local float lsum_l[GB * NT];     // slot sums at the end, [head][slot]
     local ulong krow_l[2 * NT], vrow_l[2 * NT];  // row offsets in the pools: this tile, next
+#ifdef KVC_NV_MMA
+    local uint2 qf_l[KVC_MK * 32];  // the q B fragments, [k-step][lane] (see below)
+#endif
     local float * q_l = (local float *)q4;
     local float * p_l = (local float *)p4;
 
@@ -242,17 +245,18 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     kvc_clear_max(mx_l, GB);
     barrier(CLK_LOCAL_MEM_FENCE);  // q, the first tile's rows, the empty max slots
 #ifdef KVC_NV_MMA
-    // Lane (g, t) of warp w: B column g = head g / 2, its hi (even g) or lo part, channels
-    // 16 kk + 2t, + 1 (bq0) and + 8, + 9 (bq1); zeros for heads past GB.
+    // B fragments of lane (g, t), the same in every warp: column g = head g / 2, its hi (even g) or lo
+    // part, channels 16 kk + 2t, + 1 (.x) and + 8, + 9 (.y); zeros for heads past GB. In local
+    // memory, read once per mma: kept in registers for the whole kernel (2 per k-step) they made
+    // NVIDIA's compiler put other state in private memory. Visible from the first tile's barrier on.
     const int lane = tid & 31, warp = tid >> 5, mg = lane >> 2, mt = lane & 3;
     const int nk = (kw + 15) / 16;
-    uint bq0[KVC_MK], bq1[KVC_MK];
-#pragma unroll
-    for (int kk = 0; kk < KVC_MK; ++kk) {
-        const int h = mg >> 1;
+    for (int i = tid; i < KVC_MK * 32; i += NT) {
+        const int kk = i >> 5, bg = (i & 31) >> 2, bt = i & 3, h = bg >> 1;
         local const float * qh = q_l + min(h, GB - 1) * QSTR;
-        bq0[kk] = h < GB ? kvc_q_pair(qh, 16 * kk + 2 * mt, kw, mg & 1) : 0u;
-        bq1[kk] = h < GB ? kvc_q_pair(qh, 16 * kk + 2 * mt + 8, kw, mg & 1) : 0u;
+        qf_l[i] = h < GB ? (uint2)(kvc_q_pair(qh, 16 * kk + 2 * bt, kw, bg & 1),
+                                   kvc_q_pair(qh, 16 * kk + 2 * bt + 8, kw, bg & 1))
+                         : (uint2)(0u, 0u);
     }
 #endif
 
@@ -287,7 +291,8 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                     uint a0 = ra[8 * kk], a1 = rb[8 * kk], a2 = ra[8 * kk + 4], a3 = rb[8 * kk + 4];
                     if (c0 >= kw) a0 = a1 = 0u;
                     if (c0 + 8 >= kw) a2 = a3 = 0u;
-                    KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
+                    const uint2 b = qf_l[kk * 32 + lane];
+                    KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b.x, b.y);
                 }
             }
             const float sa = r0 + mg < tn ? d0 + d1 : -INFINITY;
