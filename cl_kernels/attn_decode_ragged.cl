@@ -188,7 +188,7 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     local kvc_raw k_l[(NT + 1) * KSTR];  // K' rows of the tile (fp16 bits), a spare row
     local float4 p4[NT * GBP / 4];  // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
-    local float m_l[GB];              // the running maxima at the end (kvc_ragged_task_output)
+    local float m_l[GB];              // the running maxima (KVC_NV_MMA: every tile; else at the end)
     local float o_l[GB * NT * VEC];  // slot accumulators at the end, [head][slot][lane][VEC]
     local float lsum_l[GB * NT];     // slot sums at the end, [head][slot]
     local ulong krow_l[2 * NT], vrow_l[2 * NT];  // row offsets in the pools: this tile, next
@@ -243,6 +243,12 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     }
     if (tid < end - first) KVC_ROWS(0, first + tid, tid);
     kvc_clear_max(mx_l, GB);
+#ifdef KVC_NV_MMA
+    if (tid == 0) {
+#pragma unroll
+        for (int g = 0; g < GB; ++g) m_l[g] = -INFINITY;
+    }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);  // q, the first tile's rows, the empty max slots
 #ifdef KVC_NV_MMA
     // B fragments of lane (g, t), the same in every warp: column g = head g / 2, its hi (even g) or lo
@@ -301,9 +307,9 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
                 p_l[(r0 + mg) * GBP + mt] = sa;
                 p_l[(r0 + mg + 8) * GBP + mt] = sb;
             }
-#pragma unroll
-            for (int g = 0; g < GB; ++g)
-                if (g == mt) kvc_propose_max(mx_l, it, GB, g, fmax(sa, sb), m_run[g]);
+            // Head mt's running max from m_l: m_run[mt] (a run-time index) put the work-item's m_run
+            // in private memory on NVIDIA's compiler, even written as a select over literal heads.
+            if (mt < GB) kvc_propose_max(mx_l, it, GB, mt, fmax(sa, sb), m_l[mt]);
         }
 #else
 #pragma unroll
@@ -330,6 +336,12 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
 #pragma unroll
         for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, it, GB, g, &m_run[g]);
         kvc_reset_next_max(mx_l, it, GB);
+#ifdef KVC_NV_MMA
+        if (tid == 0) {  // for the next tile's proposals, after its first barrier
+#pragma unroll
+            for (int g = 0; g < GB; ++g) m_l[g] = m_run[g];
+        }
+#endif
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
             lsum[g] *= alpha[g];
