@@ -34,13 +34,6 @@
 // Preamble defines: G (query heads per KV head), GB (query heads per work-group, divides G), NT
 //   (work-group size = tile tokens, >= ceil(MW / VEC)), MW (bound on every width, the op's
 //   max_width), VEC (4 or 8 features per chunk), PAGE_SIZE, V_UNROLL (V rows in flight).
-//   KVC_NV_MMA (with KVC_ASM, the inline-assembly keyword): phase 1b on the tensor cores, for NVIDIA's
-//   driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX mma.sync works (GB <= 4,
-//   VEC 8, NT a multiple of 32). Each warp takes 16-row blocks of the staged tile: S^T = K' Q^T with
-//   M = 16 rows (A fragments read from k_l), N = 8 = (hi, lo) f16 parts of q for 4 heads (B
-//   fragments built once per work-group in qf_l; hi + lo keeps q at ~fp32 precision), K = 16 channels, fp32
-//   accumulation. Lane (g, t) then holds head t's scores of rows g and g + 8; it proposes their max
-//   and writes them to p_l, where phase 2 reads each work-item's row. The value phase stays SIMT.
 
 #ifndef V_UNROLL
 #define V_UNROLL 4
@@ -138,44 +131,6 @@ inline void kvc_accumulate_v(kvc_vec * acc, float * lsum, global const half * v_
     }
 }
 
-#ifdef KVC_NV_MMA
-#define KVC_MK ((MW + 15) / 16)  // 16-channel steps of the widest K' row
-#define KSTRW (KSTR * VEC / 2)    // staged K row in 32-bit words
-
-// x rounded to f16 (nearest even) and back; and two floats as one f16x2 register, x0 in the low
-// half. In PTX: OpenCL C without cl_khr_fp16 has no half variables, and vstore_half to a private
-// variable may go through memory.
-inline float kvc_round_half(float x) {
-    float r;
-    KVC_ASM("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(r) : "f"(x));
-    return r;
-}
-inline uint kvc_pack_half2(float x0, float x1) {
-    uint r;
-    KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
-    return r;
-}
-
-// Channels c, c + 1 of the scaled q row qh (zeros from kw on) as two f16 in one register: their
-// f16 roundings (lo = 0) or what the roundings missed (lo = 1).
-inline uint kvc_q_pair(local const float * qh, int c, int kw, int lo) {
-    float x0 = c < kw ? qh[c] : 0.0f, x1 = c + 1 < kw ? qh[c + 1] : 0.0f;
-    if (lo) {
-        x0 -= kvc_round_half(x0);
-        x1 -= kvc_round_half(x1);
-    }
-    return kvc_pack_half2(x0, x1);
-}
-
-// d (16 x 8, f32) += a (16 x 16 f16, row-major) * b (16 x 8 f16, by column): fragments of the PTX ISA
-// (as cuda_backend/common.cuh, mma_16816).
-#define KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1)                                                  \
-    KVC_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "     \
-            "{%0,%1,%2,%3};"                                                                                \
-            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                        \
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-#endif
-
 kernel __attribute__((reqd_work_group_size(NT, 1, 1)))
 void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const ushort * k_pages, ulong k_off,
                             global const half * v_pages, ulong v_off, global const int * indptr, ulong indptr_off,
@@ -188,13 +143,10 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     local kvc_raw k_l[(NT + 1) * KSTR];  // K' rows of the tile (fp16 bits), a spare row
     local float4 p4[NT * GBP / 4];  // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
-    local float m_l[GB];              // the running maxima (KVC_NV_MMA: every tile; else at the end)
+    local float m_l[GB];              // the running maxima at the end (kvc_ragged_task_output)
     local float o_l[GB * NT * VEC];  // slot accumulators at the end, [head][slot][lane][VEC]
     local float lsum_l[GB * NT];     // slot sums at the end, [head][slot]
     local ulong krow_l[2 * NT], vrow_l[2 * NT];  // row offsets in the pools: this tile, next
-#ifdef KVC_NV_MMA
-    local uint2 qf_l[KVC_MK * 32];  // the q B fragments, [k-step][lane] (see below)
-#endif
     local float * q_l = (local float *)q4;
     local float * p_l = (local float *)p4;
 
@@ -243,28 +195,7 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
     }
     if (tid < end - first) KVC_ROWS(0, first + tid, tid);
     kvc_clear_max(mx_l, GB);
-#ifdef KVC_NV_MMA
-    if (tid == 0) {
-#pragma unroll
-        for (int g = 0; g < GB; ++g) m_l[g] = -INFINITY;
-    }
-#endif
     barrier(CLK_LOCAL_MEM_FENCE);  // q, the first tile's rows, the empty max slots
-#ifdef KVC_NV_MMA
-    // B fragments of lane (g, t), the same in every warp: column g = head g / 2, its hi (even g) or lo
-    // part, channels 16 kk + 2t, + 1 (.x) and + 8, + 9 (.y); zeros for heads past GB. In local
-    // memory, read once per mma: kept in registers for the whole kernel (2 per k-step) they made
-    // NVIDIA's compiler put other state in private memory. Visible from the first tile's barrier on.
-    const int lane = tid & 31, warp = tid >> 5, mg = lane >> 2, mt = lane & 3;
-    const int nk = (kw + 15) / 16;
-    for (int i = tid; i < KVC_MK * 32; i += NT) {
-        const int kk = i >> 5, bg = (i & 31) >> 2, bt = i & 3, h = bg >> 1;
-        local const float * qh = q_l + min(h, GB - 1) * QSTR;
-        qf_l[i] = h < GB ? (uint2)(kvc_q_pair(qh, 16 * kk + 2 * bt, kw, bg & 1),
-                                   kvc_q_pair(qh, 16 * kk + 2 * bt + 8, kw, bg & 1))
-                         : (uint2)(0u, 0u);
-    }
-#endif
 
     // Three barriers per tile; as in attn_decode.cl the next tile's rows are looked up during this
     // one (double-buffered), and every local array a tile writes was last read before one of the
@@ -282,36 +213,6 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
         barrier(CLK_LOCAL_MEM_FENCE);
         // 1b. scores of token t0 + tid
         float s[GB];
-#ifdef KVC_NV_MMA
-        // Warps take 16-row blocks (see the banner); rows past the tile get -inf. A rows are
-        // independent in the product, so stale rows past tn only reach their own (masked) scores;
-        // channels past kw (never staged) are zeroed in the A registers.
-        for (int r0 = warp * 16; r0 < tn; r0 += NT / 2) {  // uniform per warp
-            float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-            local const uint * ra = (local const uint *)k_l + (r0 + mg) * KSTRW + mt;
-            local const uint * rb = ra + 8 * KSTRW;
-#pragma unroll
-            for (int kk = 0; kk < KVC_MK; ++kk) {
-                if (kk < nk) {
-                    const int c0 = 16 * kk + 2 * mt;
-                    uint a0 = ra[8 * kk], a1 = rb[8 * kk], a2 = ra[8 * kk + 4], a3 = rb[8 * kk + 4];
-                    if (c0 >= kw) a0 = a1 = 0u;
-                    if (c0 + 8 >= kw) a2 = a3 = 0u;
-                    const uint2 b = qf_l[kk * 32 + lane];
-                    KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b.x, b.y);
-                }
-            }
-            const float sa = r0 + mg < tn ? d0 + d1 : -INFINITY;
-            const float sb = r0 + mg + 8 < tn ? d2 + d3 : -INFINITY;
-            if (mt < GB) {
-                p_l[(r0 + mg) * GBP + mt] = sa;
-                p_l[(r0 + mg + 8) * GBP + mt] = sb;
-            }
-            // Head mt's running max from m_l: m_run[mt] (a run-time index) put the work-item's m_run
-            // in private memory on NVIDIA's compiler, even written as a select over literal heads.
-            if (mt < GB) kvc_propose_max(mx_l, it, GB, mt, fmax(sa, sb), m_l[mt]);
-        }
-#else
 #pragma unroll
         for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
         if (tid < tn) {
@@ -324,24 +225,13 @@ void kvc_attn_decode_ragged(global const float * q, ulong q_off, global const us
         }
 #pragma unroll
         for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, it, GB, g, s[g], m_run[g]);
-#endif
         if (tid < end - t0 - NT) KVC_ROWS(nxt, t0 + NT + tid, tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 2. online-softmax update (rows past tn get p = 0)
-#ifdef KVC_NV_MMA
-#pragma unroll
-        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? p_l[tid * GBP + g] : -INFINITY;
-#endif
         float alpha[GB];
 #pragma unroll
         for (int g = 0; g < GB; ++g) alpha[g] = kvc_take_max(mx_l, it, GB, g, &m_run[g]);
         kvc_reset_next_max(mx_l, it, GB);
-#ifdef KVC_NV_MMA
-        if (tid == 0) {  // for the next tile's proposals, after its first barrier
-#pragma unroll
-            for (int g = 0; g < GB; ++g) m_l[g] = m_run[g];
-        }
-#endif
 #pragma unroll
         for (int g = 0; g < GB; ++g) {
             lsum[g] *= alpha[g];

@@ -162,12 +162,6 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
         .add("VEC", c.vec)
         .add("PAGE_SIZE", p.kv.page_size)
         .add("V_UNROLL", c.v_unroll);
-    // The scores on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma, whole warps, and
-    // room for the q fragments (8 bytes per lane and 16-channel step) in the local budget.
-    const size_t qf_bytes = size_t(8 * 32) * size_t((c.mw + 15) / 16);
-    if (c.gb <= 4 && c.vec == 8 && c.nt % 32 == 0 && c.mw <= 128 &&
-        local_bytes_needed(c) + qf_bytes <= std::min<size_t>(kLocalBudget, size_t(be.dev().local_mem_bytes)))
-        if (const char * kw = be.tensor_core_asm()) defs.add("KVC_NV_MMA", 1).add("KVC_ASM", kw);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
