@@ -4,7 +4,8 @@ from
                                              interleaved passes) and on without --cold (one pass)
   bench_ops_dependent_launch_where_h200.csv  visit 71: off, allowed at each decode block's start (f1c9137) and
                                              after its main loop (57476db's kernels), --cold, two passes
-both on one NVIDIA H200 (docs/data/gpu_visits_2026-11-27.log), and the Nsight Compute kernel durations of
+  bench_ops_ragged_merge_early_h200.csv      visit 76: 526300e against the merge's loads issued earlier (not kept)
+all on one NVIDIA H200 (docs/data/gpu_visits_2026-11-27.log), and the Nsight Compute kernel durations of
 ncu_decode_merge_batch1_h200.csv (visit 72).
 """
 import csv
@@ -26,6 +27,15 @@ _TABLES = [
      "after its main loop (`57476db`, kept). With `end`, batch 1 is 1.00-1.11× faster (the most at 4K, where a "
      "decode takes 18-27 µs) and batch 16 within 0.98-1.03×; with `start`, KIVI-2 lost 2-3 % at 1 × 32K and "
      "1 × 128K. Palu's decode and the SIMT q4 decode call it after their main loops too, untimed there."),
+    ("bench_ops_ragged_merge_early_h200.csv",
+     "### Experiment, not kept: the ragged merge's loads issued earlier (CUDA, H200, --cold)",
+     "`bench_ops --cold --sweeps lowrank` on {device} ({backend}, {date}), two passes of each binary one after the "
+     "other (`docs/data/{file}`, mean; visit 76): `526300e` against `early` (`docs/data/ragged_merge_early.patch` "
+     "on it): the merge kernel reads its first round's task ids before `griddepcontrol.wait` (they are the "
+     "schedule, an input) and issues the first group of partial rows together with their lse, instead of after "
+     "the lse's warp reductions. Ragged f16 and q4 1.00-1.04× at 4K, 128K and batch 16, but 0.97× (p50) and 0.99× "
+     "(p70) at 1 × 32K in both passes; Palu 0.99-1.01×. Not kept.",
+     ),
     ("bench_ops_dependent_launch_h200.csv",
      "### The same with the first placement, and warm against cold timing (CUDA, H200)",
      "`bench_ops --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}) (`docs/data/{file}`, visit 70): "

@@ -14,6 +14,7 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_q4_tc64_h200.csv           db78d95 against 1f72e64, q4 ragged rows at token cost 64, visit 64
   bench_ops_ocl_palu_private_h200.csv      80a0fee against e97928c (Palu's maxima by selects; reverted), visit 69
   bench_ops_ocl_q4_alpha_h200.csv          869660e against q4alpha (8ef0b32's q4 kernel, kept), q4 rows, visit 71
+  bench_ops_ocl_ragged_mma_h200.csv        simt against mma (f9c552e's tensor-core scores; reverted), visit 75
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -71,6 +72,23 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_ragged_mma_h200.csv",
+     "### Experiment, reverted: the OpenCL f16 ragged decode's scores on the tensor cores (H200, NVIDIA's driver)",
+     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "(`docs/data/{file}`, mean; visit 75). NVIDIA's OpenCL driver compiles inline PTX: `kvcomp::cl::inline_ptx_mma` "
+     "(`lib/opencl/nv_mma_probe.cpp`, kept, with its unit test) runs one warp of `mma.sync.m16n8k16` from OpenCL C "
+     "and the product is exact (visit 72). `f9c552e` used it for phase 1b of `attn_decode_ragged.cl`: each warp "
+     "scored 16-row blocks of the staged K' tile against q split into hi/lo f16 (`mma`), where the work-items had "
+     "each scored one token (`simt`: the same binary with the path turned off). Op tests 34/34 on the driver; no "
+     "private-memory access in its PTX. Equal at p50 (0.98-1.02×) and slower at p70 (0.81-0.93×): the scores' "
+     "arithmetic does not bound this kernel, and the mma path adds a round trip through local memory (scores "
+     "written by the lanes that hold them, read back by each token's work-item after the barrier). The two "
+     "versions before it were slower still: q fragments in registers (`9351710`, visit 73, "
+     "`bench_ops_ocl_ragged_mma_regs_h200.csv`) 0.79-0.87×, with 12 `ld.local` / 5 `st.local` in the PTX; "
+     "fragments in local memory (`9fb7afd`, visit 74, `bench_ops_ocl_ragged_mma_qfl_h200.csv`) 0.63-0.92×: NVIDIA's "
+     "compiler had turned a select over literal heads into `m_run[mt]` and kept the running maxima in private "
+     "memory. Reverted in `526300e`.",
+     ),
     ("bench_ops_ocl_q4_alpha_h200.csv",
      "### The OpenCL q4 ragged decode's rescale factor from the moved max (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), q4 rows only, two passes of each binary one "
