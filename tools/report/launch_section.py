@@ -10,10 +10,8 @@ ncu_decode_merge_batch1_h200.csv (visit 72).
 """
 import csv
 import os
-import re
 
-from ocl_softmax_section import commits_table
-from results_data import read_dicts
+from ocl_softmax_section import commits_tables
 
 _TABLES = [
     ("bench_ops_dependent_launch_where_h200.csv",
@@ -87,12 +85,4 @@ def _ncu_table(path):
 
 
 def launch_section(data_dir):
-    out = []
-    for name, title, caption in _TABLES:
-        rows = read_dicts(os.path.join(data_dir, name))
-        if not rows:
-            continue
-        r0 = rows[0]
-        out += commits_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"],
-                                                         date=r0["date"][:10], file=name))
-    return out + _ncu_table(os.path.join(data_dir, "ncu_decode_merge_batch1_h200.csv"))
+    return commits_tables(data_dir, _TABLES) + _ncu_table(os.path.join(data_dir, "ncu_decode_merge_batch1_h200.csv"))

@@ -178,9 +178,11 @@ _TABLES = [
 ]
 
 
-def ocl_softmax_section(data_dir):
+def commits_tables(data_dir, tables):
+    """commits_table for each (file, title, caption) of `tables` whose file exists in data_dir; {device},
+    {backend}, {date} and {file} in a caption are filled from its file's first row."""
     out = []
-    for name, title, caption in _TABLES:
+    for name, title, caption in tables:
         rows = read_dicts(os.path.join(data_dir, name))
         if not rows:
             continue
@@ -188,3 +190,7 @@ def ocl_softmax_section(data_dir):
         out += commits_table(rows, title, caption.format(device=r0["device"], backend=r0["backend"],
                                                          date=r0["date"][:10], file=name))
     return out
+
+
+def ocl_softmax_section(data_dir):
+    return commits_tables(data_dir, _TABLES)
