@@ -36,6 +36,17 @@
 //   element ml_off.
 // Preamble defines: lib/opencl/qblock_defines.h, plus GB (query heads per work-group, divides the GQA
 //   group) and NT (work-group size, >= QB_HD / 4).
+//   KVC_NV_MMA (with KVC_ASM, the inline-assembly keyword): phase 1 of the blocks' segments on the tensor
+//   cores, for NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX mma.sync
+//   works (GB <= 4, NT a multiple of 32). The CUDA kernel's algebra (cuda_backend/attn_decode_quant_mma.cu):
+//   with F = 2^b + code, exact in f16 (the code in the top b mantissa bits), a key is
+//   (kmin - 2^b kstep) + kstep F, so q . k = sum_c (q_c kstep_c) F_c + bias. Per segment each warp builds
+//   the B fragments of q' = q kstep as hi/lo f16 (columns 2h, 2h + 1 of head h; ~fp32 precision) and
+//   head t's bias; per 16-token block of a tile, A = the codes turned into F (row = token, natural
+//   channel order), N = 8, K = 16 channels per mma, fp32 accumulation. Lane (g, t) then holds head t's
+//   scores of rows g and g + 8: it writes them to s_l and proposes their max against m_l (the running
+//   maxima in local memory: m[t] by a run-time index would put the state in private memory), and each
+//   work-item reads its token's scores after the barrier. The window and the value phase stay SIMT.
 
 #define KVC_LN2 0.69314718055994530942f
 #define HD4 (QB_HD / 4)
@@ -56,13 +67,11 @@ typedef struct {
     int tile;
 } kvc_state;
 
-// Phase 2 for a tile given this work-item's scores s (-inf past the tile's tokens); ends with the
-// probabilities in p_l and the state rescaled to the new running max. mx_l: the max slots.
-inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_l, kvc_state * st) {
+// Phase 2 after the barrier that ended phase 1 (proposals made), given this work-item's scores s (-inf
+// past the tile's tokens); ends with the probabilities in p_l and the state rescaled to the new
+// running max. mx_l: the max slots; m_l: the running maxima for the next tile's tensor-core proposals.
+inline void kvc_softmax_take(const float * s, local int * mx_l, local float * p_l, local float * m_l, kvc_state * st) {
     const int tid = get_local_id(0);
-#pragma unroll
-    for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, st->tile, GB, g, s[g], st->m[g]);
-    barrier(CLK_LOCAL_MEM_FENCE);
     float alpha[GB];
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -79,9 +88,68 @@ inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_
         st->acc[g] *= alpha[g];
         p_l[tid * GBP + g] = exp2(s[g] - st->m[g]);
     }
+#ifdef KVC_NV_MMA
+    if (tid == 0) {  // read by the next tile's phase 1, after this function's barrier
+#pragma unroll
+        for (int g = 0; g < GB; ++g) m_l[g] = st->m[g];
+    }
+#endif
     ++st->tile;
     barrier(CLK_LOCAL_MEM_FENCE);
 }
+
+// Phase 2 for a tile whose scores s each work-item computed itself: its proposals, the barrier, the rest.
+inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_l, local float * m_l, kvc_state * st) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) kvc_propose_max(mx_l, st->tile, GB, g, s[g], st->m[g]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    kvc_softmax_take(s, mx_l, p_l, m_l, st);
+}
+
+#ifdef KVC_NV_MMA
+// x rounded to f16 (nearest even) and back; two floats as one f16x2 register, x0 in the low half; a
+// butterfly sum over the lanes `mask` apart. In PTX: OpenCL C without cl_khr_fp16 has no half
+// variables, and OpenCL 1.2 no sub-group shuffles.
+inline float kvc_round_half(float x) {
+    float r;
+    KVC_ASM("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(r) : "f"(x));
+    return r;
+}
+inline uint kvc_pack_half2(float x0, float x1) {
+    uint r;
+    KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+inline float kvc_shfl_xor(float x, int mask) {
+    float r;
+    KVC_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+
+// q' = q kstep of channels c, c + 1 as f16 (lo = 0) or what f16 missed (lo = 1), in one register.
+inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int lo) {
+    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + 1] * vload_half(c + 1, kstep);
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+    }
+    return kvc_pack_half2(x0, x1);
+}
+
+// The codes in bits [0, b) and [b, 2b) of x as F = 2^b + code in f16, one per half of the result.
+inline uint kvc_f_pair(uint x, int bits) {
+    const uint mask = (1u << bits) - 1u, e = (uint)(bits + 15) << 10;
+    return (e | ((x & mask) << (10 - bits))) | ((e | (((x >> bits) & mask) << (10 - bits))) << 16);
+}
+
+// d (16 x 8, f32) += a (16 x 16 f16, row-major) * b (16 x 8 f16, by column): fragments of the PTX ISA.
+#define KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1)                                              \
+    KVC_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+            "{%0,%1,%2,%3};"                                                                            \
+            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                    \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#define HD16 (QB_HD / 16)
+#endif
 
 inline void kvc_accumulate(kvc_state * st, local const float * p_l, int j, float4 v) {
 #pragma unroll
@@ -99,20 +167,79 @@ inline float4 kvc_codes4(uint w, int shift, int bits) {
                           (uint4)(mask));
 }
 
-// One segment of a staged block: n tokens, tiles of NT.
+// One segment of a staged block: n tokens, tiles of NT. Inlined into both of its calls: as a real
+// function it takes the softmax state by pointer, which puts the state in private memory (clang's
+// NVPTX output left the second call out of line once the tensor-core path made the body larger).
+#ifdef KVC_NV_MMA
+__attribute__((always_inline))
+#endif
 inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, int vmin_off, int vstep_off,
                               int kcodes_off, int vcodes_off, int n, float4 vsc, local const float4 * q4,
-                              local int * mx_l, local float * p_l, kvc_state * st) {
+                              local int * mx_l, local float * p_l, local float * m_l, local float * s_l,
+                              kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
     const int rb = QB_HD * bits / 8, cpw = 32 / bits;  // code row bytes, codes per 32-bit word
     local const half * kmin = (local const half *)seg;
     local const half * kstep = (local const half *)(seg + kstep_off);
     local const half * vmin = (local const half *)(seg + vmin_off);
     local const half * vstep = (local const half *)(seg + vstep_off);
+#ifdef KVC_NV_MMA
+    // The segment's B fragments (lane (g, t): column g = head g / 2, hi for even g, lo for odd;
+    // channels 16 kk + 2t, + 1 in bq0, + 8, + 9 in bq1; zeros past GB) and head t's bias.
+    const int ln = tid & 31, warp = tid >> 5, mg = ln >> 2, mt = ln & 3;
+    uint bq0[HD16], bq1[HD16];
+    {
+        const int h = mg >> 1;
+        local const float * qh = (local const float *)q4 + min(h, GB - 1) * QB_HD;
+#pragma unroll
+        for (int kk = 0; kk < HD16; ++kk) {
+            bq0[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt, mg & 1) : 0u;
+            bq1[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt + 8, mg & 1) : 0u;
+        }
+    }
+    float bias = 0.0f;
+    {
+        local const float * qt = (local const float *)q4 + min(mt, GB - 1) * QB_HD;
+        const float two_b = (float)(1 << bits);
+        for (int c = mg; c < QB_HD; c += 8) bias += qt[c] * (vload_half(c, kmin) - two_b * vload_half(c, kstep));
+        bias += kvc_shfl_xor(bias, 4);
+        bias += kvc_shfl_xor(bias, 8);
+        bias += kvc_shfl_xor(bias, 16);
+    }
+#endif
     for (int t0 = 0; t0 < n; t0 += NT) {
         const int tn = min(NT, n - t0);
         // 1. scores of token t0 + tid
         float s[GB];
+#ifdef KVC_NV_MMA
+        // Warps take 16-row blocks (see the banner); rows past the segment read its last row (their
+        // scores are masked).
+        for (int r0 = warp * 16; r0 < tn; r0 += NT / 2) {  // uniform per warp
+            float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+            local const uint * ra = (local const uint *)(seg + kcodes_off + min(t0 + r0 + mg, n - 1) * rb);
+            local const uint * rc = (local const uint *)(seg + kcodes_off + min(t0 + r0 + mg + 8, n - 1) * rb);
+#pragma unroll
+            for (int kk = 0; kk < HD16; ++kk) {
+                const int b0 = (16 * kk + 2 * mt) * bits, b8 = b0 + 8 * bits;  // bit positions in the row
+                const uint a0 = kvc_f_pair(ra[b0 >> 5] >> (b0 & 31), bits);
+                const uint a1 = kvc_f_pair(rc[b0 >> 5] >> (b0 & 31), bits);
+                const uint a2 = kvc_f_pair(ra[b8 >> 5] >> (b8 & 31), bits);
+                const uint a3 = kvc_f_pair(rc[b8 >> 5] >> (b8 & 31), bits);
+                KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
+            }
+            const float sa = r0 + mg < tn ? d0 + d1 + bias : -INFINITY;
+            const float sb = r0 + mg + 8 < tn ? d2 + d3 + bias : -INFINITY;
+            if (mt < GB) {
+                s_l[(r0 + mg) * GBP + mt] = sa;
+                s_l[(r0 + mg + 8) * GBP + mt] = sb;
+                kvc_propose_max(mx_l, st->tile, GB, mt, fmax(sa, sb), m_l[mt]);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int g = 0; g < GB; ++g) s[g] = tid < tn ? s_l[tid * GBP + g] : -INFINITY;
+        kvc_softmax_take(s, mx_l, p_l, m_l, st);
+#else
 #pragma unroll
         for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
         if (tid < tn) {
@@ -127,7 +254,8 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
                 }
             }
         }
-        kvc_softmax_tile(s, mx_l, p_l, st);
+        kvc_softmax_tile(s, mx_l, p_l, m_l, st);
+#endif
         // 3. values: lane's 4 channels of the slot's tokens
         if (slot < TPV) {
             const int bit = lane * 4 * bits;
@@ -153,7 +281,8 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
 
 // The fp16 window: len tokens at ring slots (start + j) % win_tokens of rows wk / wv (this head).
 inline void kvc_window(global const half * wk, global const half * wv, int start, int len, int win_tokens,
-                       local const float4 * q4, local int * mx_l, local float * p_l, kvc_state * st) {
+                       local const float4 * q4, local int * mx_l, local float * p_l, local float * m_l,
+                       kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
     // Publishes q4 and the max slots where no block came first (a split of the window alone would
     // read q before every work-item wrote it); costs one barrier per request and KV head.
@@ -171,7 +300,7 @@ inline void kvc_window(global const half * wk, global const half * wv, int start
                 for (int g = 0; g < GB; ++g) s[g] += dot(kd, q4[g * HD4 + c4]);
             }
         }
-        kvc_softmax_tile(s, mx_l, p_l, st);
+        kvc_softmax_tile(s, mx_l, p_l, m_l, st);
         if (slot < TPV)
             for (int j = slot; j < tn; j += TPV)
                 kvc_accumulate(st, p_l, j, vload_half4(lane, wv + (ulong)((start + t0 + j) % win_tokens) * QB_HD));
@@ -188,6 +317,12 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     local float4 q4[GB * HD4];
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
+    local float mrun_l[GB];         // the running maxima (KVC_NV_MMA: for the proposals of phase 1)
+#ifdef KVC_NV_MMA
+    local float s_l[NT * GBP];      // the tile's scores from the tensor cores, [token][head]
+#else
+    local float * s_l = 0;
+#endif
     local uint4 blk[BLK_LOCAL_V4];  // the staged head of the current block; at the end the heads' sums
 
     const int tid = get_local_id(0);
@@ -207,7 +342,8 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     global const float * qg = q + q_off + head_row * QB_HD;
     for (int i = tid; i < GB * HD4; i += NT) q4[i] = vload4(i, qg) * qscale;
     kvc_clear_max(mx_l, GB);
-    // (q4 and the empty max slots are published by a block's first barrier, or kvc_window's.)
+    if (tid < GB) mrun_l[tid] = -INFINITY;
+    // (q4, the empty max slots and mrun_l are published by a block's first barrier, or kvc_window's.)
 
     kvc_state st;
 #pragma unroll
@@ -236,11 +372,11 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
 #endif
 #if QB_HI_BYTES > 0
         kvc_quant_segment(hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
-                          n_hi, vsc, q4, mx_l, p_l, &st);
+                          n_hi, vsc, q4, mx_l, p_l, mrun_l, s_l, &st);
 #endif
 #if QB_LO_BYTES > 0
         kvc_quant_segment(hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
-                          n_lo, vsc, q4, mx_l, p_l, &st);
+                          n_lo, vsc, q4, mx_l, p_l, mrun_l, s_l, &st);
 #endif
     }
     if (split == n_splits - 1) {
@@ -248,7 +384,8 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         const int row = win[0], start = win[1], len = clamp(win[2], 0, win_tokens);
         if (len > 0 && row >= 0 && row < n_win_rows && start >= 0 && start < win_tokens) {
             const ulong base = ((ulong)row * n_kv_heads + kvh) * win_tokens * QB_HD;
-            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, mx_l, p_l, &st);
+            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, mx_l, p_l, mrun_l,
+                       &st);
         }
     }
 

@@ -39,7 +39,8 @@ int heads_per_group(const attn_decode_quant_params & p) {
 size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     const size_t d = size_t(q.head_dim), tpv = nt / (d / 4), gbp = size_t(gb + 3) / 4 * 4;
     const size_t end_sums = sizeof(float) * size_t(gb) * (tpv * d + tpv + 1);  // shares the block's array
-    return sizeof(float) * (size_t(gb) * d + 2 * nt * gbp) + std::max(size_t(q.head_bytes()), end_sums);
+    // q, p_l and the tensor-core path's s_l and running maxima (counted whether or not it is taken).
+    return sizeof(float) * (size_t(gb) * d + 3 * nt * gbp + size_t(gb)) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
 }  // namespace
@@ -74,6 +75,9 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
         defs = defines();
         add_qblock_defines(defs, q);
         defs.add("GB", gb).add("NT", nt);
+        // The segments' scores on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma, whole warps.
+        if (gb <= 4 && nt % 32 == 0 && d % 16 == 0)
+            if (const char * kw = be.tensor_core_asm()) defs.add("KVC_NV_MMA", 1).add("KVC_ASM", kw);
         k = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_split");
         if (be.kernel_wg_limit(k) >= nt) break;
         if (nt / 2 < size_t(d / 4))

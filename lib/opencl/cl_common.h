@@ -142,6 +142,12 @@ class cl_backend final : public backend {
     // other ops: one work-group per compute unit.
     int64_t concurrent_workgroups(const op_params & params) const override;
 
+    // The inline-assembly keyword ("__asm__" or "asm") that kernels with an NVIDIA tensor-core path
+    // are built with (KVC_ASM), or nullptr where they take their portable path: not NVIDIA's driver,
+    // the probe of nv_mma_probe.cpp failed, or KVCOMP_CL_TENSOR_CORES=0. Probed on the first call,
+    // outside any timing.
+    const char * tensor_core_asm();
+
   protected:
     void run_checked(const op_desc & op) override;
 
@@ -155,6 +161,7 @@ class cl_backend final : public backend {
     size_t scratch_size_ = 0;
     bool timing_ = false;
     std::vector<cl_event> events_;
+    int tensor_cores_ = -1;  // tensor_core_asm(): -1 not probed yet, 0 none, 1 "__asm__", 2 "asm"
 };
 
 inline cl_mem mem_of(const tensor & t) {

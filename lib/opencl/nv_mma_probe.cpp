@@ -10,6 +10,8 @@
 // product of small integers, exact in f16 and in f32, and compares every output with the host's.
 // It is never compiled for other vendors.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "opencl/backend_opencl.h"
@@ -78,6 +80,22 @@ bool is_nvidia(const device_info & i) {
 }
 
 }  // namespace
+
+const char * cl_backend::tensor_core_asm() {
+    static const char * const keywords[] = {nullptr, "__asm__", "asm"};
+    if (tensor_cores_ < 0) {
+        const char * env = std::getenv("KVCOMP_CL_TENSOR_CORES");
+        tensor_cores_ = 0;
+        if (!(env && std::strcmp(env, "0") == 0) && is_nvidia(info())) {
+            const bool timing = timing_;
+            timing_ = false;  // the probe's kernel is no part of a timed op
+            for (int k = 1; k <= 2 && tensor_cores_ == 0; ++k)
+                if (run_probe(*this, keywords[k]).ok) tensor_cores_ = k;
+            timing_ = timing;
+        }
+    }
+    return keywords[tensor_cores_];
+}
 
 support inline_ptx_mma(backend & be) {
     auto * cl = dynamic_cast<cl_backend *>(&be);
