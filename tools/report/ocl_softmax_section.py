@@ -15,6 +15,8 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_palu_private_h200.csv      80a0fee against e97928c (Palu's maxima by selects; reverted), visit 69
   bench_ops_ocl_q4_alpha_h200.csv          869660e against q4alpha (8ef0b32's q4 kernel, kept), q4 rows, visit 71
   bench_ops_ocl_ragged_mma_h200.csv        simt against mma (f9c552e's tensor-core scores; reverted), visit 75
+  bench_ops_ocl_quant_mma_h200.csv         simt against mma (f5fdc51's tensor-core scores of the quantized
+                                           decode; kept), visit 77
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -72,6 +74,17 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_quant_mma_h200.csv",
+     "### The OpenCL quantized decode's scores on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "(`docs/data/{file}`, mean; visit 77): `f5fdc51`'s binary with `KVCOMP_CL_TENSOR_CORES=0` (`simt`: each "
+     "work-item dequantizes its token's key row and takes its dot products with q) and without (`mma`): on "
+     "NVIDIA's driver, where `kvcomp::cl::inline_ptx_mma` passes, each warp scores 16-token blocks of a segment "
+     "with inline PTX `mma.sync`, the codes turned into f16 operands F = 2^b + code and q' = q · kstep in hi/lo "
+     "f16 fragments per segment, as the CUDA kernel does. Op tests 18/18 on the driver with a fresh cache; no "
+     "private-memory access in the PTX; the engine's quantized-cache unit tests on the driver pass (visit 78). "
+     "KIVI-2 1.18-1.33×, ZipCache 1.00-1.13×. The value phase is unchanged (fp32 SIMT).",
+     ),
     ("bench_ops_ocl_ragged_mma_h200.csv",
      "### Experiment, reverted: the OpenCL f16 ragged decode's scores on the tensor cores (H200, NVIDIA's driver)",
      "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), two passes of each variant one after the other "
