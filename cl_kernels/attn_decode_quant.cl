@@ -65,15 +65,6 @@ typedef struct {
     float m[GB], l[GB];
     float4 acc[GB];
     int tile;
-#ifdef KVC_NV_MMA
-    // The tensor-core value phase's part (see kvc_mma_values): lane (g, t) of its warp holds head t,
-    // channels 16m + 2g (o[m][0] + o[m][1]) and 16m + 2g + 1 (o[m][2] + o[m][3]), and head t's sum lm.
-    float o[QB_HD / 16][4];
-#if QB_CS
-    float ob[QB_HD / 16][4];  // the current block's part, scaled by its vscale at the block's end
-#endif
-    float lm;
-#endif
 } kvc_state;
 
 // Phase 2 after the barrier that ended phase 1 (proposals made), given this work-item's scores s (-inf
@@ -98,12 +89,9 @@ inline void kvc_softmax_take(const float * s, local int * mx_l, local float * p_
         p_l[tid * GBP + g] = exp2(s[g] - st->m[g]);
     }
 #ifdef KVC_NV_MMA
-    if (tid == 0) {  // the maxima for the next tile's proposals, the factors for this tile's mma values
+    if (tid == 0) {  // read by the next tile's phase 1, after this function's barrier
 #pragma unroll
-        for (int g = 0; g < GB; ++g) {
-            m_l[g] = st->m[g];
-            m_l[GB + g] = alpha[g];
-        }
+        for (int g = 0; g < GB; ++g) m_l[g] = st->m[g];
     }
 #endif
     ++st->tile;
@@ -161,99 +149,6 @@ inline uint kvc_f_pair(uint x, int bits) {
             : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                    \
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
 #define HD16 (QB_HD / 16)
-#define MPG (QB_VG / 16)  // m-tiles (16 channels) per value group
-
-// Rescales the tensor-core value state by head t's factor of this tile (m_l[GB + t], after the take).
-inline void kvc_mma_rescale(kvc_state * st, local const float * m_l) {
-    const int mt = get_local_id(0) & 3;
-    const float a = m_l[GB + min(mt, GB - 1)];
-#pragma unroll
-    for (int m = 0; m < HD16; ++m)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            st->o[m][k] *= a;
-#if QB_CS
-            st->ob[m][k] *= a;
-#endif
-        }
-    st->lm *= a;
-}
-
-// Phase 3 of a tile on the tensor cores: O^T = V^T P'^T per 16-token block, with F = 2^b + code of
-// the value codes as A (16 channels x 16 tokens; A row g is channel 16m + 2g, row g + 8 channel
-// 16m + 2g + 1, so a lane's two rows are one code pair of a token row), B = (hi, lo) of p' = p vstep
-// for 4 heads (columns 2h, 2h + 1; per value group), K = 16 tokens. v = (vmin + vstep code) vscale =
-// ((vmin - 2^b vstep) + vstep F) vscale: the first term, sum_t p_t (vmin_t - 2^b vstep_t) per head and
-// group, and l = sum_t p_t are butterfly sums over the 8 lanes of a head (lane (g, t) takes tokens
-// 2g, 2g + 1 of the block for head t). Rows past the segment read its last row, with p = 0.
-inline void kvc_mma_values(local const uchar * seg, int bits, int vmin_off, int vstep_off, int vcodes_off, int n,
-                           int t0, int tn, local const float * p_l, kvc_state * st) {
-    const int tid = get_local_id(0), ln = tid & 31, warp = tid >> 5, mg = ln >> 2, mt = ln & 3;
-    const int rb = QB_HD * bits / 8;
-    const uint mask = (1u << bits) - 1u;
-    const float two_b = (float)(1 << bits);
-    local const half * vmin = (local const half *)(seg + vmin_off);
-    local const half * vstep = (local const half *)(seg + vstep_off);
-    const int hb = mg >> 1, mh = min(mt, GB - 1);  // B column's head; this lane's output head
-    for (int r0 = warp * 16; r0 < tn; r0 += NT / 2) {  // uniform per warp
-        // A rows of tokens r0 + 2t, + 1, + 8, + 9; B the same tokens; sums over tokens r0 + 2g, + 1.
-        const int ta = r0 + 2 * mt, ts = r0 + 2 * mg;
-        local const uint * v0 = (local const uint *)(seg + vcodes_off + min(t0 + ta, n - 1) * rb);
-        local const uint * v1 = (local const uint *)(seg + vcodes_off + min(t0 + ta + 1, n - 1) * rb);
-        local const uint * v2 = (local const uint *)(seg + vcodes_off + min(t0 + ta + 8, n - 1) * rb);
-        local const uint * v3 = (local const uint *)(seg + vcodes_off + min(t0 + ta + 9, n - 1) * rb);
-        const float pb0 = hb < GB ? p_l[ta * GBP + hb] : 0.0f, pb1 = hb < GB ? p_l[(ta + 1) * GBP + hb] : 0.0f;
-        const float pb2 = hb < GB ? p_l[(ta + 8) * GBP + hb] : 0.0f, pb3 = hb < GB ? p_l[(ta + 9) * GBP + hb] : 0.0f;
-        const float ps0 = p_l[ts * GBP + mh], ps1 = p_l[(ts + 1) * GBP + mh];
-        const int sa = min(t0 + ts, n - 1) * QB_NG, sb = min(t0 + ts + 1, n - 1) * QB_NG;
-        const int ra0 = min(t0 + ta, n - 1) * QB_NG, ra1 = min(t0 + ta + 1, n - 1) * QB_NG;
-        const int ra2 = min(t0 + ta + 8, n - 1) * QB_NG, ra3 = min(t0 + ta + 9, n - 1) * QB_NG;
-        float lsum = ps0 + ps1;
-        lsum += kvc_shfl_xor(lsum, 4);
-        lsum += kvc_shfl_xor(lsum, 8);
-        lsum += kvc_shfl_xor(lsum, 16);
-        st->lm += lsum;
-#pragma unroll
-        for (int gi = 0; gi < QB_NG; ++gi) {
-            // B of this group: p' = p vstep, hi (even g) or lo (odd g)
-            float x0 = pb0 * vload_half(ra0 + gi, vstep), x1 = pb1 * vload_half(ra1 + gi, vstep);
-            float x2 = pb2 * vload_half(ra2 + gi, vstep), x3 = pb3 * vload_half(ra3 + gi, vstep);
-            if (mg & 1) {
-                x0 -= kvc_round_half(x0);
-                x1 -= kvc_round_half(x1);
-                x2 -= kvc_round_half(x2);
-                x3 -= kvc_round_half(x3);
-            }
-            const uint b0 = kvc_pack_half2(x0, x1), b1 = kvc_pack_half2(x2, x3);
-            // the offset term of head mt
-            float d = ps0 * (vload_half(sa + gi, vmin) - two_b * vload_half(sa + gi, vstep)) +
-                      ps1 * (vload_half(sb + gi, vmin) - two_b * vload_half(sb + gi, vstep));
-            d += kvc_shfl_xor(d, 4);
-            d += kvc_shfl_xor(d, 8);
-            d += kvc_shfl_xor(d, 16);
-#pragma unroll
-            for (int mm = 0; mm < MPG; ++mm) {
-                const int m = gi * MPG + mm, bit = (16 * m + 2 * mg) * bits;
-                const uint y0 = v0[bit >> 5] >> (bit & 31), y1 = v1[bit >> 5] >> (bit & 31);
-                const uint y2 = v2[bit >> 5] >> (bit & 31), y3 = v3[bit >> 5] >> (bit & 31);
-                const uint e = (uint)(bits + 15) << 10, sh = (uint)(10 - bits);
-                const uint a0 = (e | ((y0 & mask) << sh)) | ((e | ((y1 & mask) << sh)) << 16);
-                const uint a1 = (e | (((y0 >> bits) & mask) << sh)) | ((e | (((y1 >> bits) & mask) << sh)) << 16);
-                const uint a2 = (e | ((y2 & mask) << sh)) | ((e | ((y3 & mask) << sh)) << 16);
-                const uint a3 = (e | (((y2 >> bits) & mask) << sh)) | ((e | (((y3 >> bits) & mask) << sh)) << 16);
-#if QB_CS
-                KVC_MMA_16816(st->ob[m][0], st->ob[m][1], st->ob[m][2], st->ob[m][3], a0, a1, a2, a3, b0, b1);
-                st->ob[m][0] += d;
-                st->ob[m][2] += d;
-#else
-                KVC_MMA_16816(st->o[m][0], st->o[m][1], st->o[m][2], st->o[m][3], a0, a1, a2, a3, b0, b1);
-                st->o[m][0] += d;
-                st->o[m][2] += d;
-#endif
-            }
-        }
-    }
-}
 #endif
 
 inline void kvc_accumulate(kvc_state * st, local const float * p_l, int j, float4 v) {
@@ -361,11 +256,6 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
         }
         kvc_softmax_tile(s, mx_l, p_l, m_l, st);
 #endif
-#ifdef KVC_NV_MMA
-        // 3. values on the tensor cores
-        kvc_mma_rescale(st, m_l);
-        kvc_mma_values(seg, bits, vmin_off, vstep_off, vcodes_off, n, t0, tn, p_l, st);
-#else
         // 3. values: lane's 4 channels of the slot's tokens
         if (slot < TPV) {
             const int bit = lane * 4 * bits;
@@ -386,7 +276,6 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
                 kvc_accumulate(st, p_l, j, w * vsc);
             }
         }
-#endif
     }
 }
 
@@ -412,9 +301,6 @@ inline void kvc_window(global const half * wk, global const half * wv, int start
             }
         }
         kvc_softmax_tile(s, mx_l, p_l, m_l, st);
-#ifdef KVC_NV_MMA
-        kvc_mma_rescale(st, m_l);
-#endif
         if (slot < TPV)
             for (int j = slot; j < tn; j += TPV)
                 kvc_accumulate(st, p_l, j, vload_half4(lane, wv + (ulong)((start + t0 + j) % win_tokens) * QB_HD));
@@ -431,7 +317,7 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     local float4 q4[GB * HD4];
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
-    local float mrun_l[2 * GB];     // KVC_NV_MMA: the running maxima (phase 1's proposals), the tile's factors
+    local float mrun_l[GB];         // the running maxima (KVC_NV_MMA: for the proposals of phase 1)
 #ifdef KVC_NV_MMA
     local float s_l[NT * GBP];      // the tile's scores from the tensor cores, [token][head]
 #else
@@ -467,18 +353,6 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         st.acc[g] = (float4)(0.0f);
     }
     st.tile = 0;
-#ifdef KVC_NV_MMA
-#pragma unroll
-    for (int m = 0; m < HD16; ++m)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            st.o[m][k] = 0.0f;
-#if QB_CS
-            st.ob[m][k] = 0.0f;
-#endif
-        }
-    st.lm = 0.0f;
-#endif
 
     for (int bi = b_begin; bi < b_end; ++bi) {
         const int sl = indices[p0 + bi];
@@ -503,22 +377,6 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
 #if QB_LO_BYTES > 0
         kvc_quant_segment(hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
                           n_lo, vsc, q4, mx_l, p_l, mrun_l, s_l, &st);
-#endif
-#if defined(KVC_NV_MMA) && QB_CS
-        {  // the block's tensor-core values times its channel scales (this lane's channels 16m + 2g, + 1)
-            const int ch = 2 * ((tid & 31) >> 2);
-#pragma unroll
-            for (int m = 0; m < HD16; ++m) {
-                const float s0 = vload_half(16 * m + ch, (local const half *)hb);
-                const float s1 = vload_half(16 * m + ch + 1, (local const half *)hb);
-                st.o[m][0] += s0 * st.ob[m][0];
-                st.o[m][1] += s0 * st.ob[m][1];
-                st.o[m][2] += s1 * st.ob[m][2];
-                st.o[m][3] += s1 * st.ob[m][3];
-#pragma unroll
-                for (int k = 0; k < 4; ++k) st.ob[m][k] = 0.0f;
-            }
-        }
 #endif
     }
     if (split == n_splits - 1) {
@@ -550,21 +408,6 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         for (int g = 0; g < GB; ++g) m_l[g] = st.m[g];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-#ifdef KVC_NV_MMA
-    {  // the tensor-core values: warp w's into slot w (TPV >= NT / 32 warps for QB_HD <= 128)
-        const int ln = tid & 31, w = tid >> 5, mg = ln >> 2, mt = ln & 3;
-        if (mt < GB) {
-            local float * ow = o_l + (mt * TPV + w) * QB_HD + 2 * mg;
-#pragma unroll
-            for (int m = 0; m < HD16; ++m) {
-                ow[16 * m] += st.o[m][0] + st.o[m][1];
-                ow[16 * m + 1] += st.o[m][2] + st.o[m][3];
-            }
-            if (mg == 0) lsum_l[mt * TPV + w] += st.lm;
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
     for (int i = tid; i < GB * QB_HD; i += NT) {
         const int g = i / QB_HD, d = i % QB_HD;
         float l = 0.0f, o = 0.0f;

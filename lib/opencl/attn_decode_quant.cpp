@@ -75,9 +75,8 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
         defs = defines();
         add_qblock_defines(defs, q);
         defs.add("GB", gb).add("NT", nt);
-        // The segments' scores and values on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma,
-        // whole warps, m-tiles inside one value group, at most 128 channels (a warp's slot at the end).
-        if (gb <= 4 && nt % 32 == 0 && d % 16 == 0 && d <= 128 && q.v_group % 16 == 0)
+        // The segments' scores on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma, whole warps.
+        if (gb <= 4 && nt % 32 == 0 && d % 16 == 0)
             if (const char * kw = be.tensor_core_asm()) defs.add("KVC_NV_MMA", 1).add("KVC_ASM", kw);
         k = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_split");
         if (be.kernel_wg_limit(k) >= nt) break;
