@@ -17,6 +17,7 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_ragged_mma_h200.csv        simt against mma (f9c552e's tensor-core scores; reverted), visit 75
   bench_ops_ocl_quant_mma_h200.csv         simt against mma (f5fdc51's tensor-core scores of the quantized
                                            decode; kept), visit 77
+  bench_ops_ocl_quant_mma_values_h200.csv  simt, scores (f5fdc51) and values (200b24f, reverted), visit 79
 all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
 """
 import os
@@ -84,6 +85,16 @@ _TABLES = [
      "f16 fragments per segment, as the CUDA kernel does. Op tests 18/18 on the driver with a fresh cache; no "
      "private-memory access in the PTX; the engine's quantized-cache unit tests on the driver pass (visit 78). "
      "KIVI-2 1.18-1.33×, ZipCache 1.00-1.13×. The value phase is unchanged (fp32 SIMT).",
+     ),
+    ("bench_ops_ocl_quant_mma_values_h200.csv",
+     "### Experiment, reverted: the OpenCL quantized decode's values on the tensor cores too (H200, NVIDIA's driver)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "(`docs/data/{file}`, mean; visit 79): `simt` (`200b24f`'s binary with `KVCOMP_CL_TENSOR_CORES=0`), `scores` "
+     "(`f5fdc51`, kept: the scores on the tensor cores) and `values` (`200b24f`: the value phase too, O^T = V^T P'^T "
+     "per 16-token block with a token row's code pair as A operands and p' = p · vstep in hi/lo f16 as B; the diff "
+     "is `docs/data/ocl_quant_mma_values.patch`). Correct (op tests 18/18, the engine's quantized-cache unit tests "
+     "on the driver), no private memory; against `scores` 1.01-1.07× at batch 1 but 0.94-1.00× at batch 16, so it "
+     "was reverted (`2db283b`).",
      ),
     ("bench_ops_ocl_ragged_mma_h200.csv",
      "### Experiment, reverted: the OpenCL f16 ragged decode's scores on the tensor cores (H200, NVIDIA's driver)",
