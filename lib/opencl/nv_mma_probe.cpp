@@ -4,11 +4,12 @@
 // Why: NVIDIA's OpenCL C has no fp16 arithmetic and no matrix instruction, so the OpenCL decodes run
 // every product as an fp32 FMA and stay near 0.15 of the copy bandwidth on the quantized caches,
 // where the CUDA kernels reach 0.3-0.55 with mma.sync (docs/kernel_notes.md, "The OpenCL kernels").
-// Kernels with an NVIDIA-only tensor-core path need to know first that the driver's compiler takes
-// the PTX and that the fragments mean what the PTX ISA says. This probe answers both once per
-// backend: it compiles the kernel (with `__asm__`, then `asm`), runs one warp on a 16 x 16 by 16 x 8
-// product of small integers, exact in f16 and in f32, and compares every output with the host's.
-// It is never compiled for other vendors.
+// Kernels with an NVIDIA-only tensor-core path (today attn_decode_quant.cl's KVC_NV_MMA scores) need to
+// know first that the driver's compiler takes the PTX and that the fragments mean what the PTX ISA
+// says. The probe answers both: it compiles the kernel (with `__asm__`, then `asm`), runs one warp on a
+// 16 x 16 by 16 x 8 product of small integers, exact in f16 and in f32, and compares every output with
+// the host's. inline_ptx_mma() runs it on each call (tests); cl_backend::tensor_core_asm() once per
+// backend, for the launchers. It is never compiled for other vendors.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
