@@ -6,11 +6,10 @@
 //       is read from memory once per group. D = head_dim (64 or 128); QP = query heads per block,
 //       the group size rounded up to 1, 2, 4 or 8 (groups larger than 8 use several head chunks);
 //       U = tokens per lane per pipeline stage; NST = stages of the cp.async ring.
-//   attn_decode_merge_kernel           combines the splits' (o, lse) partials of one (request,
-//       head).
+//   the splits' (o, lse) partials are merged by decode_merge.cu's kernel (shared with
+//       attn_decode_quant).
 // Grid: attn_decode_kernel 1-D, batch * n_kv_heads * head_chunks * n_splits blocks of 128
 //   threads (4 warps), dynamic shared memory decode_smem_bytes() (<= 48 KiB).
-//   attn_decode_merge_kernel: batch * n_q_heads blocks of D threads.
 // Layout (core/op.h): q/out f32 [batch, n_q_heads, D]; k/v pages f16
 //   [n_pages, n_kv_heads, page_size, D]; indptr/indices/last_page_len i32. Workspace (n_splits >
 //   1): o partials f32 [batch, n_q_heads, n_splits, D], then lse f32 [batch, n_q_heads, n_splits].
@@ -249,30 +248,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(const decode_args
                                       decode_dst{a.out, nullptr, a.part_o, a.part_lse, a.n_splits, split});
 }
 
-// out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M); zeros when no split saw a token.
-__global__ void attn_decode_merge_kernel(const float * __restrict__ part_o,
-                                         const float * __restrict__ part_lse, float * __restrict__ out,
-                                         int n_splits, int head_dim) {
-    const int64_t row = blockIdx.x;
-    const float * lse = part_lse + row * n_splits;
-    wait_for_producer();  // the partials are the decode's
-    float mx = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, lse[s]);
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float val = 0.0f;
-        if (mx != -INFINITY) {
-            float num = 0.0f, den = 0.0f;
-            for (int s = 0; s < n_splits; ++s) {
-                const float wt = exp2f(lse[s] - mx);
-                num = fmaf(wt, part_o[(row * n_splits + s) * head_dim + d], num);
-                den += wt;
-            }
-            val = num / den;
-        }
-        out[row * head_dim + d] = val;
-    }
-}
-
 // Pipeline shape per variant: U tokens per lane per stage, NST stages in the ring (NST - 1 in
 // flight while one is consumed). Registers bound U (q and o already take 16*QP); the ring is
 // NST*U*4 KiB per block, kept <= 48 KiB so no opt-in is needed on any target. Defaults chosen on
@@ -440,10 +415,8 @@ void run_attn_decode(context & ctx, const op_desc & op) {
         args.part_lse = reinterpret_cast<float *>(ws + o_bytes);
     }
     dispatch(D, qp, ctx, args, work * splits, nullptr, nullptr);
-    if (splits > 1) {
-        launch_consumer(ctx, attn_decode_merge_kernel, unsigned(p.batch * p.n_q_heads), unsigned(D), 0, args.part_o,
-                        args.part_lse, args.out, args.n_splits, D);
-    }
+    if (splits > 1)
+        launch_split_merge(ctx, args.part_o, args.part_lse, args.out, nullptr, p.batch * p.n_q_heads, args.n_splits, D);
 }
 
 }  // namespace kvcomp::cuda

@@ -14,7 +14,7 @@
 //       kernel; the widths other than 64 and 128 are the reduced caches of kivi / zipcache with
 //       lowrank=, rank=R); CPL = channels per lane (16 when QP <= 4, 8 for QP = 8 and for D = 32,
 //       to bound the q and o registers at 2 * QP * CPL and keep QP lanes per token row).
-//   attn_decode_quant_merge_kernel  combines the splits' (o, lse) partials of one (request, head).
+//   the splits' (o, lse) partials are merged by decode_merge.cu's kernel (shared with attn_decode).
 //
 // Work items and splits: see attn_decode_quant.cuh.
 //
@@ -66,7 +66,6 @@ namespace {
 
 using namespace dq;
 using dq_args = dq::args;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMinItemsPerSplit = 3;  // SIMT: a split's pipeline fill and partial write cost ~1 item
 
 // Lanes per token row: D / CPL rounded up to a power of two (see the banner).
@@ -383,58 +382,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_quant_kernel(const dq_ar
                                       decode_dst{a.out, a.lse, a.part_o, a.part_lse, a.n_splits, split});
 }
 
-// out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2; zeros and
-// -inf when no split saw a token. One block of kMergeThreads per (row, cpb channels): the max and the
-// sum of weights are block reductions over the splits (every block of a row computes them), and
-// thread (j, d) of the kMergeThreads / cpb groups sums channel d over splits j, j + groups, ... with
-// four independent accumulators, so a thread keeps four partials' loads in flight. cpb is 32 when
-// the rows are fewer than the SMs (batch 1: 32 rows would use 32 SMs), else head_dim (a block per
-// row; at 16 x 4K the 4 blocks per row cost 3 %). One thread per channel walking every split three
-// times, one block per row, took 12-16 us under Nsight Compute at batch 1 with 31-49 splits on an
-// H100, against 42-103 us for the decode itself; 5.5-7.2 us at 32 channels per block.
-constexpr int kMergeThreads = 256;
-__global__ void __launch_bounds__(kMergeThreads)
-    attn_decode_quant_merge_kernel(const float * __restrict__ part_o, const float * __restrict__ part_lse,
-                                   float * __restrict__ out, float * __restrict__ lse_out, int n_splits, int head_dim,
-                                   int cpb) {
-    __shared__ float scratch[32];
-    __shared__ float sums[kMergeThreads];
-    const int blocks_per_row = head_dim / cpb, groups = kMergeThreads / cpb;
-    const int64_t row = blockIdx.x / blocks_per_row;
-    const int tid = threadIdx.x, c0 = int(blockIdx.x % blocks_per_row) * cpb;
-    const float * lse = part_lse + row * n_splits;
-    wait_for_producer();  // the partials are the decode's
-    float mx = -INFINITY;
-    for (int s = tid; s < n_splits; s += kMergeThreads) mx = fmaxf(mx, lse[s]);
-    mx = block_max(mx, scratch);
-    float den = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = tid; s < n_splits; s += kMergeThreads) den += exp2f(lse[s] - mx);
-    den = block_sum(den, scratch);
-    const int j = tid / cpb, d = c0 + tid % cpb;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (mx != -INFINITY) {
-        const float * po = part_o + row * n_splits * head_dim + d;
-        int s = j;
-        for (; s + 3 * groups < n_splits; s += 4 * groups) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int su = s + u * groups;
-                acc[u] = fmaf(exp2f(lse[su] - mx), po[int64_t(su) * head_dim], acc[u]);
-            }
-        }
-        for (; s < n_splits; s += groups) acc[0] = fmaf(exp2f(lse[s] - mx), po[int64_t(s) * head_dim], acc[0]);
-    }
-    sums[tid] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    __syncthreads();
-    if (tid < cpb) {
-        float num = 0.0f;
-        for (int g = 0; g < groups; ++g) num += sums[g * cpb + tid];
-        out[row * head_dim + c0 + tid] = mx == -INFINITY ? 0.0f : num / den;
-    }
-    if (tid == 0 && c0 == 0) lse_out[row] = mx == -INFINITY ? -INFINITY : (mx + log2f(den)) * kLn2;
-}
-
 int64_t ceil_div(int64_t x, int64_t y) {
     return (x + y - 1) / y;
 }
@@ -665,12 +612,7 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
         mma_launch(ctx, a, D, work * splits, smem);
     else
         dispatch(D, qp, ctx, a, work * splits, smem);
-    if (splits > 1) {
-        const int64_t rows = p.batch * p.n_q_heads;
-        const int cpb = rows < ctx.sm_count && D % 32 == 0 ? 32 : D;  // channels per merge block (see the kernel)
-        launch_consumer(ctx, attn_decode_quant_merge_kernel, unsigned(rows * (D / cpb)), kMergeThreads, 0, a.part_o,
-                        a.part_lse, a.out, a.lse, a.n_splits, D, cpb);
-    }
+    if (splits > 1) launch_split_merge(ctx, a.part_o, a.part_lse, a.out, a.lse, p.batch * p.n_q_heads, a.n_splits, D);
 }
 
 }  // namespace kvcomp::cuda
