@@ -5,6 +5,7 @@ from
   bench_ops_dependent_launch_where_h200.csv  visit 71: off, allowed at each decode block's start (f1c9137) and
                                              after its main loop (57476db's kernels), --cold, two passes
   bench_ops_ragged_merge_early_h200.csv      visit 76: 526300e against the merge's loads issued earlier (not kept)
+  bench_ops_split_merge_shared_h200.csv      visit 80: 200b24f against the fp16 decode on the shared split merge
 all on one NVIDIA H200 (docs/data/gpu_visits_2026-11-27.log), and the Nsight Compute kernel durations of
 ncu_decode_merge_batch1_h200.csv (visit 72).
 """
@@ -25,6 +26,16 @@ _TABLES = [
      "after its main loop (`57476db`, kept). With `end`, batch 1 is 1.00-1.11× faster (the most at 4K, where a "
      "decode takes 18-27 µs) and batch 16 within 0.98-1.03×; with `start`, KIVI-2 lost 2-3 % at 1 × 32K and "
      "1 × 128K. Palu's decode and the SIMT q4 decode call it after their main loops too, untimed there."),
+    ("bench_ops_split_merge_shared_h200.csv",
+     "### The fp16 decode with the quantized decode's split merge (CUDA, H200, --cold, interleaved A/B)",
+     "`bench_ops --cold --sweeps fp16,quant` on {device} ({backend}, {date}), two passes of each binary one after "
+     "the other (`docs/data/{file}`, mean; visit 80): `200b24f` against `cd779de` (commit column `shared`), where "
+     "attn_decode (fp16 pages, the baseline of every comparison) merges its splits with attn_decode_quant's merge "
+     "kernel, now `cuda_backend/decode_merge.cu` (block reductions, four partials in flight, 32 channels per block "
+     "while the rows are fewer than the SMs). Its own merge walked every split with one thread per channel: 18.7 "
+     "µs at 1 × 32K under Nsight Compute (\"Where batch 1 goes\"). fp16 1.02-1.10× at batch 1 (1 × 32K 0.56 → "
+     "0.62 of copy), 0.98-1.00× at batch 16; the quantized rows run the same kernel as before (0.998-1.014×).",
+     ),
     ("bench_ops_ragged_merge_early_h200.csv",
      "### Experiment, not kept: the ragged merge's loads issued earlier (CUDA, H200, --cold)",
      "`bench_ops --cold --sweeps lowrank` on {device} ({backend}, {date}), two passes of each binary one after the "
