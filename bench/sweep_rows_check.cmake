@@ -1,10 +1,11 @@
-# bench_ops --sweeps / --sweep-rows pick decode sweep rows by name: exactly the matching rows reach
-# the CSV, and an unknown sweep is refused with its name; --quant-dims adds the quant rows of other
-# head widths (decode_<layout>_d<W>) and refuses a width that is no multiple of 16. EXE is bench_ops,
-# DIR scratch.
-# Runs bench_ops with the given options and checks the set of op names in its CSV against `want`.
-function(expect_rows want)
-  set(csv ${DIR}/sweep_rows.csv)
+# bench_ops options checked on the CPU reference: --sweeps / --sweep-rows pick decode sweep rows by name
+# (exactly the matching rows reach the CSV, and an unknown sweep is refused with its name); --quant-dims
+# adds the quant rows of other head widths (decode_<layout>_d<W>) and refuses a width that is no multiple
+# of 16; --cold [MIB] gives every row a commit ending in "+cold", with or without the size (an option that
+# follows is not taken for it). EXE is bench_ops, DIR scratch.
+# Runs bench_ops with a small base and the given options; sets `out` to its CSV's data lines.
+function(bench_csv_lines out)
+  set(csv ${DIR}/options_check.csv)
   file(REMOVE ${csv})
   execute_process(COMMAND ${EXE} -b cpu --set none --prefill none --contexts 64 --batches 1 --reps 1 --warmup 0
                           --copy-mib 1 --csv ${csv} ${ARGN}
@@ -14,6 +15,11 @@ function(expect_rows want)
   endif()
   file(STRINGS ${csv} lines)
   list(SUBLIST lines 1 -1 lines)  # the header names the columns
+  set(${out} "${lines}" PARENT_SCOPE)
+endfunction()
+# Checks the set of op names in the CSV of bench_ops with the given options against `want`.
+function(expect_rows want)
+  bench_csv_lines(lines ${ARGN})
   set(ops "")
   foreach(line IN LISTS lines)
     # op is the 8th column; the quoted driver and shape fields hold no comma before it
@@ -39,4 +45,16 @@ execute_process(COMMAND ${EXE} -b cpu --quant-dims 64,20 RESULT_VARIABLE rc ERRO
 if(rc EQUAL 0 OR NOT err MATCHES "--quant-dims: 20 is not a positive multiple of 16")
   message(FATAL_ERROR "a quant width that is no multiple of 16 was not refused (${rc}): ${err}")
 endif()
-message(STATUS "sweep rows selected by name and width, bad sweeps and widths refused")
+foreach(size IN ITEMS "1" "")
+  bench_csv_lines(lines --sweeps fp16 --cold ${size} --commit abc)
+  list(LENGTH lines n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "bench_ops --cold ${size}: ${n} rows, expected copy_bw and decode_fp16")
+  endif()
+  foreach(line IN LISTS lines)
+    if(NOT line MATCHES "^[^,]*,abc\\+cold,")
+      message(FATAL_ERROR "bench_ops --cold ${size}: a row without the +cold commit: ${line}")
+    endif()
+  endforeach()
+endforeach()
+message(STATUS "sweep rows selected by name and width, bad sweeps and widths refused, --cold rows marked")
