@@ -107,25 +107,6 @@ inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_
 }
 
 #ifdef KVC_NV_MMA
-// x rounded to f16 (nearest even) and back; two floats as one f16x2 register, x0 in the low half; a
-// butterfly sum over the lanes `mask` apart. In PTX: OpenCL C without cl_khr_fp16 has no half
-// variables, and OpenCL 1.2 no sub-group shuffles.
-inline float kvc_round_half(float x) {
-    float r;
-    KVC_ASM("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(r) : "f"(x));
-    return r;
-}
-inline uint kvc_pack_half2(float x0, float x1) {
-    uint r;
-    KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
-    return r;
-}
-inline float kvc_shfl_xor(float x, int mask) {
-    float r;
-    KVC_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
-    return r;
-}
-
 // q' = q kstep of channels c, c + 1 as f16 (lo = 0) or what f16 missed (lo = 1), in one register.
 inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int lo) {
     float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + 1] * vload_half(c + 1, kstep);
@@ -142,12 +123,6 @@ inline uint kvc_f_pair(uint x, int bits) {
     return (e | ((x & mask) << (10 - bits))) | ((e | (((x >> bits) & mask) << (10 - bits))) << 16);
 }
 
-// d (16 x 8, f32) += a (16 x 16 f16, row-major) * b (16 x 8 f16, by column): fragments of the PTX ISA.
-#define KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1)                                              \
-    KVC_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
-            "{%0,%1,%2,%3};"                                                                            \
-            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                    \
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
 #define HD16 (QB_HD / 16)
 #endif
 

@@ -13,9 +13,12 @@
 //     maximum of the online softmax, proposed through local atomics;
 //   - KVC_LOAD4(dt, p, i) / KVC_LOADA4(dt, p, i): 4 consecutive elements p[4i..4i+3] as float4; the
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
-//     vector load (8 or 16 bytes) instead of four scalar ones.
+//     vector load (8 or 16 bytes) instead of four scalar ones;
+//   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
+//     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor(). The probe kernel runs
+//     the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
-// Preamble defines used here: none.
+// Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
 
 #define KVC_F32 0
 #define KVC_F16 1
@@ -192,3 +195,35 @@ inline float kvc_merge_splits(global const float * part, ulong ml_off, ulong hr,
     *log2_den = l > 0.0f ? mx + log2(l) : -INFINITY;
     return l > 0.0f ? o / l : 0.0f;
 }
+
+#ifdef KVC_ASM
+// d (16 x 8, f32) += a (16 x 16 f16, row-major) * b (16 x 8 f16, by column): fragments of the PTX ISA
+// (as cuda_backend/common.cuh, mma_16816). With g = lane / 4, t = lane % 4:
+//   a0: row g, k 2t..2t+1   a1: row g+8, k 2t..2t+1   a2: row g, k 2t+8..2t+9   a3: row g+8, k 2t+8..2t+9
+//   b0: k 2t..2t+1, column g   b1: k 2t+8..2t+9, column g
+//   d0, d1: row g, columns 2t, 2t+1   d2, d3: row g+8, columns 2t, 2t+1
+#define KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, b0, b1)                                              \
+    KVC_ASM("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+            "{%0,%1,%2,%3};"                                                                            \
+            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)                                                    \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+
+// x rounded to f16 (nearest even) and back; two floats as one f16x2 register, x0 in the low half; a
+// butterfly sum over the lanes `mask` apart. In PTX: OpenCL C without cl_khr_fp16 has no half
+// variables, and OpenCL 1.2 no sub-group shuffles.
+inline float kvc_round_half(float x) {
+    float r;
+    KVC_ASM("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(r) : "f"(x));
+    return r;
+}
+inline uint kvc_pack_half2(float x0, float x1) {
+    uint r;
+    KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+inline float kvc_shfl_xor(float x, int mask) {
+    float r;
+    KVC_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
+    return r;
+}
+#endif

@@ -161,7 +161,8 @@ class cl_backend final : public backend {
     size_t scratch_size_ = 0;
     bool timing_ = false;
     std::vector<cl_event> events_;
-    int tensor_cores_ = -1;  // tensor_core_asm(): -1 not probed yet, 0 none, 1 "__asm__", 2 "asm"
+    bool tensor_cores_probed_ = false;        // tensor_core_asm() has probed
+    const char * tensor_core_asm_ = nullptr;  // its answer (a string literal, or none)
 };
 
 inline cl_mem mem_of(const tensor & t) {

@@ -80,33 +80,44 @@ bool is_nvidia(const device_info & i) {
     return has(i.vendor) || has(i.platform);
 }
 
+// The probe on NVIDIA's driver with `__asm__`, then `asm`: the first keyword that passes goes to
+// *keyword (nullptr when none does), else the reasons of both.
+support probe_keywords(cl_backend & be, const char ** keyword) {
+    *keyword = nullptr;
+    if (!is_nvidia(be.info())) return support::no("not NVIDIA's driver (vendor " + be.info().vendor + ")");
+    std::string why;
+    for (const char * k : {"__asm__", "asm"}) {
+        const support s = run_probe(be, k);
+        if (s.ok) {
+            *keyword = k;
+            return s;
+        }
+        why += (why.empty() ? "" : "; ") + s.reason;
+    }
+    return support::no(why);
+}
+
 }  // namespace
 
 const char * cl_backend::tensor_core_asm() {
-    static const char * const keywords[] = {nullptr, "__asm__", "asm"};
-    if (tensor_cores_ < 0) {
+    if (!tensor_cores_probed_) {
+        tensor_cores_probed_ = true;
         const char * env = std::getenv("KVCOMP_CL_TENSOR_CORES");
-        tensor_cores_ = 0;
-        if (!(env && std::strcmp(env, "0") == 0) && is_nvidia(info())) {
+        if (!(env && std::strcmp(env, "0") == 0)) {
             const bool timing = timing_;
             timing_ = false;  // the probe's kernel is no part of a timed op
-            for (int k = 1; k <= 2 && tensor_cores_ == 0; ++k)
-                if (run_probe(*this, keywords[k]).ok) tensor_cores_ = k;
+            probe_keywords(*this, &tensor_core_asm_);
             timing_ = timing;
         }
     }
-    return keywords[tensor_cores_];
+    return tensor_core_asm_;
 }
 
 support inline_ptx_mma(backend & be) {
     auto * cl = dynamic_cast<cl_backend *>(&be);
     KVCOMP_CHECK_ARG(cl, "backend ", be.name(), " is not an OpenCL backend");
-    cl_backend & cb = *cl;
-    if (!is_nvidia(cb.info())) return support::no("not NVIDIA's driver (vendor " + cb.info().vendor + ")");
-    support s = run_probe(cb, "__asm__");
-    if (s.ok) return s;
-    const support t = run_probe(cb, "asm");
-    return t.ok ? t : support::no(s.reason + "; " + t.reason);
+    const char * keyword = nullptr;
+    return probe_keywords(*cl, &keyword);
 }
 
 }  // namespace kvcomp::cl
