@@ -17,7 +17,9 @@ from ocl_softmax_section import commits_tables
 _TABLES = [
     ("bench_ops_dependent_launch_where_h200.csv",
      "### The decodes' merge as a dependent launch (CUDA, H200, --cold, interleaved A/B)",
-     "`bench_ops --cold --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}), two passes of each variant one "
+     "`bench_ops --cold --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, "
+     "head dim 128), "
+     "two passes of each variant one "
      "after the other (`docs/data/{file}`, mean; visit 71). Every CUDA decode whose rows have several splits or "
      "tasks ends with a merge kernel. Since `f1c9137` the merge is launched as a programmatic dependent of the "
      "decode (sm_90, `cuda_backend/dependent_launch.cuh`): its blocks are made resident before the decode ends and "
@@ -28,7 +30,8 @@ _TABLES = [
      "1 × 128K. Palu's decode and the SIMT q4 decode call it after their main loops too, untimed there."),
     ("bench_ops_split_merge_shared_h200.csv",
      "### The fp16 decode with the quantized decode's split merge (CUDA, H200, --cold, interleaved A/B)",
-     "`bench_ops --cold --sweeps fp16,quant` on {device} ({backend}, {date}), two passes of each binary one after "
+     "`bench_ops --cold --sweeps fp16,quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "two passes of each binary one after "
      "the other (`docs/data/{file}`, mean; visit 80): `200b24f` against `cd779de` (commit column `shared`), where "
      "attn_decode (fp16 pages, the baseline of every comparison) merges its splits with attn_decode_quant's merge "
      "kernel, now `cuda_backend/decode_merge.cu` (block reductions, four partials in flight, 32 channels per block "
@@ -38,7 +41,8 @@ _TABLES = [
      ),
     ("bench_ops_ragged_merge_early_h200.csv",
      "### Experiment, not kept: the ragged merge's loads issued earlier (CUDA, H200, --cold)",
-     "`bench_ops --cold --sweeps lowrank` on {device} ({backend}, {date}), two passes of each binary one after the "
+     "`bench_ops --cold --sweeps lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "two passes of each binary one after the "
      "other (`docs/data/{file}`, mean; visit 76): `526300e` against `early` (`docs/data/ragged_merge_early.patch` "
      "on it): the merge kernel reads its first round's task ids before `griddepcontrol.wait` (they are the "
      "schedule, an input) and issues the first group of partial rows together with their lse, instead of after "
@@ -47,7 +51,8 @@ _TABLES = [
      ),
     ("bench_ops_dependent_launch_h200.csv",
      "### The same with the first placement, and warm against cold timing (CUDA, H200)",
-     "`bench_ops --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}) (`docs/data/{file}`, visit 70): "
+     "`bench_ops --sweeps fp16,quant,lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128) "
+     "(`docs/data/{file}`, visit 70): "
      "`f1c9137`'s binary with the dependent launch off (`-nodl+cold`) and on (`+cold`), both with `--cold`, two "
      "interleaved passes; then on without `--cold` (no suffix: the timing of every earlier table), one pass. "
      "`--cold` queues each timed run behind a 256 MiB device copy: the run's data leaves the L2 cache, and the GPU "
@@ -79,12 +84,14 @@ def _ncu_table(path):
         return []
     out = ["### Where batch 1 goes: decode and merge kernels apart (Nsight Compute, H200)", "",
            "`ncu --metrics gpu__time_duration.sum` over `bench_ops --sweeps fp16,quant,lowrank --batches 1 --reps 2 "
-           "--warmup 1` at `57476db` (`docs/data/ncu_decode_merge_batch1_h200.csv`, visit 72). Nsight Compute runs "
-           "each kernel alone with its caches flushed, so a merge here reads from memory the partials that in a "
+           "--warmup 1` at `57476db` (32 query / 8 KV heads, head dim 128; "
+           "`docs/data/ncu_decode_merge_batch1_h200.csv`, visit 72). Nsight Compute runs each kernel alone with "
+           "its caches flushed, so a merge here reads from memory the partials that in a "
            "real step are still in L2, and by default it locks the clocks at the base frequency (the ZipCache decode "
            "kernel alone takes longer here than bench_ops' whole cold step). So these are upper bounds per kernel, "
            "not the step's time; what they show is the share of the merge: 13-25 % of a batch-1 ragged step, 11-29 % "
-           "of the fp16 one. Mean of the three runs, µs.", "", "| cache | batch | context | decode kernel | merge kernel | grid (decode, merge) |",
+           "of the fp16 one. Mean of the three runs, µs.", "",
+           "| cache | batch | context | decode kernel | merge kernel | grid (decode, merge) |",
            "|---|---|---|---|---|---|"]
     for i, (cache, ctx) in enumerate(_CASES):
         runs = rows[6 * i:6 * i + 6]

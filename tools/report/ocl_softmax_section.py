@@ -77,7 +77,8 @@ def commits_table(rows, title, caption):
 _TABLES = [
     ("bench_ops_ocl_quant_mma_h200.csv",
      "### The OpenCL quantized decode's scores on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
-     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "two passes of each variant one after the other "
      "(`docs/data/{file}`, mean; visit 77): `f5fdc51`'s binary with `KVCOMP_CL_TENSOR_CORES=0` (`simt`: each "
      "work-item dequantizes its token's key row and takes its dot products with q) and without (`mma`): on "
      "NVIDIA's driver, where `kvcomp::cl::inline_ptx_mma` passes, each warp scores 16-token blocks of a segment "
@@ -88,7 +89,8 @@ _TABLES = [
      ),
     ("bench_ops_ocl_quant_mma_values_h200.csv",
      "### Experiment, reverted: the OpenCL quantized decode's values on the tensor cores too (H200, NVIDIA's driver)",
-     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "two passes of each variant one after the other "
      "(`docs/data/{file}`, mean; visit 79): `simt` (`200b24f`'s binary with `KVCOMP_CL_TENSOR_CORES=0`), `scores` "
      "(`f5fdc51`, kept: the scores on the tensor cores) and `values` (`200b24f`: the value phase too, O^T = V^T P'^T "
      "per 16-token block with a token row's code pair as A operands and p' = p · vstep in hi/lo f16 as B; the diff "
@@ -98,7 +100,8 @@ _TABLES = [
      ),
     ("bench_ops_ocl_ragged_mma_h200.csv",
      "### Experiment, reverted: the OpenCL f16 ragged decode's scores on the tensor cores (H200, NVIDIA's driver)",
-     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), two passes of each variant one after the other "
+     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "two passes of each variant one after the other "
      "(`docs/data/{file}`, mean; visit 75). NVIDIA's OpenCL driver compiles inline PTX: `kvcomp::cl::inline_ptx_mma` "
      "(`lib/opencl/nv_mma_probe.cpp`, kept, with its unit test) runs one warp of `mma.sync.m16n8k16` from OpenCL C "
      "and the product is exact (visit 72). `f9c552e` used it for phase 1b of `attn_decode_ragged.cl`: each warp "
@@ -115,7 +118,8 @@ _TABLES = [
      ),
     ("bench_ops_ocl_q4_alpha_h200.csv",
      "### The OpenCL q4 ragged decode's rescale factor from the moved max (H200, NVIDIA's driver, interleaved A/B)",
-     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}), q4 rows only, two passes of each binary one "
+     "`bench_ops --sweeps lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
+     "q4 rows only, two passes of each binary one "
      "after the other (`docs/data/{file}`, mean; visit 71): `869660e` against the kernel of `8ef0b32` (commit column "
      "`q4alpha`), which computes the rescale factor alpha from the moved max, as the quantized decode does, instead "
      "of from the head's slot. The same number either way; 1.01-1.04× at all eight points. Its PTX has no "
