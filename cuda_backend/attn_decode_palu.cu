@@ -17,9 +17,9 @@
 //   Then warp w takes query head w: lane = token for the score (head_dim FMAs), warp-wide online
 //   softmax (log2 domain), and lane = V feature (lane + 32 j) for the output.
 // Cost per token: k_width * head_dim FMAs of reconstruction (plus rot_dim / 2 rotations) against
-// (k_width + v_width) * 2 bytes read: compute-bound by design (that is the comparison). This is a
-// CUDA-core kernel; a tensor-core reconstruction (as Palu's Triton kernel does with tl.dot) would
-// be faster and is not done.
+// (k_width + v_width) * 2 bytes read: compute-bound. This CUDA-core kernel is the fallback; the
+// tensor-core kernel (attn_decode_palu_mma.cu, the reconstruction as Palu's Triton kernel does it
+// with tl.dot) takes every layout it supports (palu_mma_handles).
 //
 // Invalid inputs a kernel cannot refuse: request or KV head outside the tables make the block exit;
 // token ranges are clamped to the request, page numbers to the pool, widths to [1, max_width].
@@ -215,7 +215,7 @@ constexpr size_t kMaxSmem = 160 * 1024;  // fits every default target (sm_80 all
 support supports_attn_decode_palu(const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const ragged_layout & l = p.kv;
-    if (palu_smem_bytes(l.max_width, p.head_dim) > kMaxSmem)
+    if (!palu_mma_handles(p) && palu_smem_bytes(l.max_width, p.head_dim) > kMaxSmem)
         return support::no("max_width " + std::to_string(l.max_width) + " x head_dim " +
                            std::to_string(p.head_dim) +
                            " needs more than 160 KiB of shared memory (basis + tiles)");
@@ -238,11 +238,13 @@ task_kernel<palu_args> palu_kernel_for(const attn_decode_palu_params & p) {
 }  // namespace
 
 int64_t concurrent_rows_attn_decode_palu(const attn_decode_palu_params & p) {
+    if (palu_mma_handles(p)) return concurrent_rows_attn_decode_palu_mma(p);
     return concurrent_task_rows(palu_kernel_for(p));
 }
 
 void run_attn_decode_palu(context & ctx, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
+    if (palu_mma_handles(p)) return run_attn_decode_palu_mma(ctx, op);
     const ragged_layout & l = p.kv;
     const int group = int(p.n_q_heads / l.n_kv_heads);
     palu_args a{};

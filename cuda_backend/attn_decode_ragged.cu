@@ -434,9 +434,8 @@ support supports_attn_decode_ragged(const op_desc & op) {
     return support::yes();
 }
 
-rdecode_args ragged_decode_args(const op_desc & op) {
-    const auto & p = op.get<attn_decode_ragged_params>();
-    const ragged_layout & l = p.kv;
+rdecode_args ragged_task_args(const op_desc & op, const ragged_layout & l, int64_t batch, int64_t n_q_heads,
+                              int64_t n_tasks, float scale) {
     rdecode_args a{};
     a.q = dev_ptr<const float>(op.src[0]);
     a.k_pages = dev_ptr<const uint8_t>(op.src[1]);
@@ -457,12 +456,17 @@ rdecode_args ragged_decode_args(const op_desc & op) {
     a.bits = int(l.bits);
     a.k_token_bytes = int(l.bits == 4 ? l.k_row_bytes : 2 * l.k_total);
     a.v_token_bytes = int(l.bits == 4 ? l.v_row_bytes : 2 * l.v_total);
-    a.batch = int(p.batch);
-    a.group = int(p.n_q_heads / l.n_kv_heads);
-    a.n_tasks = int(p.n_tasks);
+    a.batch = int(batch);
+    a.group = int(n_q_heads / l.n_kv_heads);
+    a.n_tasks = int(n_tasks);
     a.vec_stage = l.page_size % 8 == 0 && aligned16(a.k_pages) && aligned16(a.v_pages);
-    a.qscale = p.scale * kLog2e;
+    a.qscale = scale * kLog2e;
     return a;
+}
+
+rdecode_args ragged_decode_args(const op_desc & op) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    return ragged_task_args(op, p.kv, p.batch, p.n_q_heads, p.n_tasks, p.scale);
 }
 
 void run_attn_decode_ragged(context & ctx, const op_desc & op) {

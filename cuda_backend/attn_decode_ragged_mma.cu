@@ -29,18 +29,14 @@
 #include <algorithm>
 #include <climits>
 
-#include "decode_common.cuh"
-#include "decode_mma.cuh"
-#include "dependent_launch.cuh"
-#include "ragged_common.cuh"
-#include "ragged_stream.cuh"
+#include "ragged_mma.cuh"
 
 namespace kvcomp::cuda {
 
 namespace {
 
-constexpr int QH = 4;  // query heads per block: the 8 mma columns are their (hi, lo)
-constexpr int kStages = 2;
+constexpr int QH = kRaggedMmaHeads;
+constexpr int kStages = kRaggedMmaStages;
 // Stage sizes. A stage holds 16 rows of K' and V' of the task's head; narrower heads get longer
 // tiles (up to kMaxTileTokens). kLargeStage fits 16 rows of the widest pair the kernel takes (2 x 17
 // chunks of 16 bytes per row at widths 128 + 128: 8.5 KiB) in rings of 72 KiB a block, 3 blocks per
@@ -59,47 +55,6 @@ static_assert(16 * 2 * stage_row_halves<true>(128) * 2 <= kLargeStage, "16 rows 
 static_assert(8 * 2 * stage_row_halves<true>(128) * 2 <= kSmallStage, "8 rows of the widest head per stage");
 static_assert(warp_merge_floats<kRaggedWarps, QH, 128>() * sizeof(float) <= smem_bytes<kSmallStage>(),
               "the warps' merge area must fit in the rings it reuses");
-
-// B fragments of q (scaled by scale * log2 e) for K-step kk: lane (g, t) holds column g (head
-// g / 2, hi part for even g, lo for odd) at channels 16kk + 2t, + 1 (b0) and + 8, + 9 (b1). Zeros
-// past the width and for heads past the group.
-template <int MK>
-__device__ __forceinline__ void load_q_frags(const rdecode_args & a, const rtask & t, int lane,
-                                             uint32_t (&bq)[MK][2]) {
-    const int g = lane >> 2, tq = lane & 3, h = g >> 1;
-    const bool lo_part = g & 1, live = h < t.nh;
-    const int kw = t.hd.k_width;
-    const float * qrow = a.q + int64_t(t.b) * a.group * a.k_total + int64_t(a.group) * t.hd.k_offset +
-                         int64_t(t.h0 + (live ? h : 0)) * kw;
-    auto part = [&](int c) {
-        const float x = live && c < kw ? qrow[c] * a.qscale : 0.0f;
-        const float hi = __half2float(__float2half_rn(x));
-        return lo_part ? x - hi : hi;
-    };
-#pragma unroll
-    for (int kk = 0; kk < MK; ++kk) {
-        const int c = 16 * kk + 2 * tq;
-        bq[kk][0] = pack_half2(part(c), part(c + 1));
-        bq[kk][1] = pack_half2(part(c + 8), part(c + 9));
-    }
-}
-
-// Per-warp state: lane (g, t) keeps head t's running max (shared by its 8 lanes) and its part of
-// the sum, and the output accumulators of the m-tiles.
-template <int MV>
-struct rstate {
-    float o[MV][4];
-    float m = -INFINITY, l = 0.0f;
-};
-
-// The geometry of one staged tile as a warp reads it.
-struct tile_view {
-    unsigned k;  // shared address of row 0 of K' in the stage
-    unsigned v;  // of row 0 of V'
-    int k_row, v_row;   // row strides (bytes)
-    int nk, nv;         // 16-channel steps of K' and of V'
-    bool k_tail;        // the last K' step has <= 8 channels: zero its upper A registers
-};
 
 // Scores of rows r0 .. r0 + 15 (rows < hi are the task's): this lane's head t for rows r0 + g (.x)
 // and r0 + g + 8 (.y), -inf past hi.
@@ -124,89 +79,28 @@ __device__ __forceinline__ float2 tile_scores(const tile_view & tv, int r0, int 
                        r0 + g + 8 < hi ? (s[2] + s2[2]) + (s[3] + s2[3]) : -INFINITY);
 }
 
-// Adds rows r0 .. r0 + 15 of V' weighted by this lane's p0 (row r0 + g) and p1 (row r0 + g + 8).
-template <int MV>
-__device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & tv, int r0, int hi, float p0,
-                                            float p1, int lane) {
-    uint32_t b0, b1;
-    p_frag(p0, p1, b0, b1);
-    // ldmatrix.trans rows: matrix i = lane / 8 is rows 8 (i / 2) + 0..7 at channels 8 (i % 2) + 0..7
-    // of the m-tile: a0 = channels 0-7 x rows 0-7, a1 = channels 8-15, a2 / a3 = rows 8-15.
-    const unsigned row =
-        tv.v + unsigned(min(r0 + (lane & 7) + ((lane >> 4) << 3), hi - 1) * tv.v_row + ((lane >> 3) & 1) * 16);
-#pragma unroll
-    for (int m = 0; m < MV; ++m) {
-        if (m < tv.nv) {  // uniform
-            uint32_t af[4];
-            ldmatrix_x4_trans(af, row + unsigned(32 * m));
-            mma_16816(st.o[m], af, b0, b1);
-        }
-    }
-}
-
 // One block's task: MK / MV = the 16-channel steps its loops are unrolled for (>= the head's K' / V'
 // steps, <= W / 16; step_bound); W = the merge area's row width.
 template <int W, int SB, int MK, int MV>
 __device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t, uint8_t * ring) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int lane = int(threadIdx.x) & 31;
     const int kw = t.hd.k_width, vw = t.hd.v_width;
 
     uint32_t bq[MK][2];
-    load_q_frags<MK>(a, t, lane, bq);
+    const float * q0 = a.q + int64_t(t.b) * a.group * a.k_total + int64_t(a.group) * t.hd.k_offset +
+                       int64_t(t.h0) * kw;
+    load_q_frags<MK>([&](int h) { return q0 + int64_t(h) * kw; }, t.nh, kw, a.qscale, lane, bq);
     rstate<MV> st;
-#pragma unroll
-    for (int m = 0; m < MV; ++m)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) st.o[m][k] = 0.0f;
 
     const int rs_k = stage_row_halves<true>(kw), rs_v = stage_row_halves<true>(vw);
-    // Rows of both heads that fit a stage, in whole 16-row mma steps.
-    tile_stream<kStages, SB, true> ts(a, t, ring + warp * kStages * SB, (SB / (2 * (rs_k + rs_v))) & ~15);
     tile_view tv;
     tv.k_row = 2 * rs_k, tv.v_row = 2 * rs_v;
     tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
     tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
-
-    ts.locate(0);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
-    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
-        ts.wait(k);                        // tile k is in its stage for every lane
-        ts.issue(k + kStages - 1);         // refills tile k - 1's stage
-
-        tv.k = ts.k_stage_s(k);
-        tv.v = ts.v_stage_s(k);
-        int lo, hi;
-        ts.rows(k, lo, hi);
-        // Software-pipelined: the next step's scores are independent of this step's softmax and
-        // values, so the scheduler can interleave them (a warp streams alone: its own ILP hides
-        // the mma and shared-memory latencies).
-        float2 s = tile_scores<MK>(tv, lo, hi, bq, lane);
-        for (int r0 = lo; r0 < hi; r0 += 16) {
-            float p0, p1;
-            rescale_mma_out(st.o, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
-            float2 next = make_float2(-INFINITY, -INFINITY);
-            if (r0 + 16 < hi) next = tile_scores<MK>(tv, r0 + 16, hi, bq, lane);
-            tile_values<MV>(st, tv, r0, hi, p0, p1, lane);
-            s = next;
-        }
-    }
-    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
-    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
-
-    // The warps' states merge through the rings.
-    st.l = head_sum(st.l);
-    __syncthreads();  // every warp is done with its ring
-    float * sm = reinterpret_cast<float *>(ring);
-#pragma unroll
-    for (int m = 0; m < MV; ++m) {
-        if (m < tv.nv) {
-            float * dst = sm + (warp * QH + t4) * W + 16 * m + g;
-            dst[0] = st.o[m][0] + st.o[m][1];
-            dst[8] = st.o[m][2] + st.o[m][3];
-        }
-    }
-    finish_mma_block<QH, W>(a, t, sm, st.m, st.l);
+    // Rows of both heads that fit a stage, in whole 16-row mma steps.
+    stream_tiles<SB>(a, t, ring, (SB / (2 * (rs_k + rs_v))) & ~15, st, tv,
+                     [&](const tile_view & v, int r0, int hi, int) { return tile_scores<MK>(v, r0, hi, bq, lane); });
+    finish_ragged_mma_task<W>(a, t, st, tv.nv, ring);
 }
 
 // The unroll bound of the K' and V' step loops for a head of n = max(K' steps, V' steps) 16-channel

@@ -107,6 +107,13 @@ support supports_attn_decode_ragged_q4(const op_desc & op);
 void run_attn_decode_ragged_q4(context & ctx, const op_desc & op);
 int64_t concurrent_rows_attn_decode_ragged_q4(int group);
 
+// attn_decode_palu on tensor cores (attn_decode_palu_mma.cu), dispatched from attn_decode_palu.cu:
+// whether it takes the op (head_dim 64 or 128, latents <= 128 wide, a rotary pairing it supports,
+// KVCOMP_RAGGED_DECODE not "simt"), its resident schedule rows, and the op.
+bool palu_mma_handles(const attn_decode_palu_params & p);
+int64_t concurrent_rows_attn_decode_palu_mma(const attn_decode_palu_params & p);
+void run_attn_decode_palu_mma(context & ctx, const op_desc & op);
+
 // Bytes of the partials of n_tasks tasks (part_o then part_lse, each 256-byte aligned).
 inline size_t ragged_partials_bytes(int64_t n_tasks, int64_t group, int64_t max_width, size_t * lse_offset) {
     const size_t o = (size_t(n_tasks * group * max_width) * sizeof(float) + 255) & ~size_t(255);

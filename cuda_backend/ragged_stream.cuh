@@ -352,7 +352,11 @@ struct tile_stream {
     }
 };
 
-// The kernel arguments of an attn_decode_ragged op (f16 or 4-bit pages; attn_decode_ragged.cu).
+// The kernel arguments of an op whose src0..8 and dst0 are attn_decode_ragged's (q, pages, page
+// table, heads, schedule, merge; out), for its layout, batch, query heads, tasks and softmax scale
+// (attn_decode_ragged.cu); and those of an attn_decode_ragged op (f16 or 4-bit pages).
+rdecode_args ragged_task_args(const op_desc & op, const ragged_layout & l, int64_t batch, int64_t n_q_heads,
+                              int64_t n_tasks, float scale);
 rdecode_args ragged_decode_args(const op_desc & op);
 // KVCOMP_RAGGED_DECODE: false when the SIMT kernels are forced.
 bool ragged_mma_requested();
