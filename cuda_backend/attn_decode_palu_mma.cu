@@ -23,10 +23,12 @@
 //      row r0 + j is base + j * theta: cos / sin of (pos0 + r0) theta_i per step (the warp's lanes,
 //      two pairs each, angle reduced in double as the CUDA-core kernel does, into a per-warp slot)
 //      combined by the angle-sum formulas with a per-block table of cos / sin (j theta_i), j < 16.
+//      The table's rows are padded so that a warp's reads hit every bank once (table_stride).
 //   4. The rotated block as the A operand of the score mma: the C layout of two n-tiles is the A
-//      layout of one k16 step. It is split into hi + lo f16 (two mma with q's (hi, lo) columns), so
-//      the scores keep about fp32 accuracy; B_c itself is rounded to f16 (relative error 2^-12 in
-//      the keys; the oracle's budget is 1e-6 NMSE, tests/backend_ops_lowrank_cases.cpp).
+//      layout of one k16 step, rounded to f16 (q keeps its (hi, lo) columns). B_c is rounded to f16
+//      too: keys with f16 relative error, as the fp16 cache stores them. The oracle's budget is
+//      1e-6 NMSE (tests/backend_ops_lowrank_cases.cpp); the first version, which split the keys into
+//      hi + lo f16 for a second score mma, measured 2.5e-10 on the op tests.
 //   The q fragments live in shared memory (the neox pairing picks blocks at run time, and a
 //   register array indexed at run time would go to local memory).
 // Per 16 tokens and KV head: (k_width / 16) * (head_dim / 8) mma for the keys, head_dim / 8 for
@@ -44,10 +46,12 @@ namespace {
 
 constexpr int QH = kRaggedMmaHeads;
 constexpr int kRopeRows = 16;  // rows of the per-block angle table: offsets within a 16-row step
-// A stage holds 16 rows of latents up to 128 + 128 wide (2 x 17 chunks of 16 bytes per padded row);
-// a byte more and two blocks (rings, basis, tables: ~111 KiB each at head_dim 128) no longer share
-// an SM's 228 KiB.
-constexpr int kStage = 16 * 2 * stage_row_halves<true>(128) * 2;
+// Stage sizes: 16 rows of K and V latents up to 128 + 128 wide (2 x 17 chunks of 16 bytes per padded
+// row), or the 7 KiB of attn_decode_ragged_mma's small stage where the layout's widest K and V heads
+// fit it (the 50 % profile's 128 + 80). Either way two blocks (rings, B_c fragments, tables: up to
+// ~113 KiB each at head_dim 128) share an SM's 228 KiB.
+constexpr int kLargeStage = 16 * 2 * stage_row_halves<true>(128) * 2;
+constexpr int kSmallStage = 7 * 1024;
 constexpr int kMaxWidth = 128;
 
 struct palu_mma_args {
@@ -58,23 +62,31 @@ struct palu_mma_args {
     bool neox;
 };
 
-// Shared memory, in this order: the warps' rings | B_c fragments [HD / 16][nk][32 lanes] uint4 (nk:
-// the task's latent steps; room for nk_max) |
-// q fragments [HD / 16][32 lanes] uint2 | angle table [16][HD / 2] float2 | per-warp angle slots
-// [warps][HD / 2] float2 | inv_freq [HD / 2] f32.
+// Row stride (floats) of the angle table for `half` rotary pairs. Neox steps read (cos, sin) of
+// pairs i, i + 1 as one 16-byte load; 8 lanes at a time (rows g, g + 1, 4 lanes each, 16 floats
+// apart) meet no bank twice when rows lie 16 mod 32 floats apart. Interleaved steps read one pair
+// per lane; 16 lanes at a time (rows g .. g + 3) need rows 8 mod 32 floats apart. (Unpadded rows of
+// 64 pairs, 0 mod 32, put a warp's 8 rows in the same banks.)
+__host__ __device__ constexpr int table_stride(int half, bool neox) {
+    return 2 * half + ((neox ? 16 : 8) - 2 * half % 32 + 32) % 32;
+}
+
+// Shared memory, in this order: the warps' rings (SB a stage) | B_c fragments [HD / 16][nk][32 lanes]
+// uint4 (nk: the task's latent steps; room for nk_max) | q fragments [HD / 16][32 lanes] uint2 |
+// angle table [16][table_stride] f32 | per-warp angle slots [warps][HD / 2] float2. (inv_freq is
+// read from global memory: 256 bytes more and two blocks of the large stage would not fit an SM.)
 struct palu_smem {
-    size_t basis, qf, table, slots, freq, total;
-    __host__ __device__ palu_smem(int hd, int mk) {
-        basis = size_t(kRaggedWarps) * kRaggedMmaStages * kStage;
+    size_t basis = 0, qf = 0, table = 0, slots = 0, total = 0;
+    __host__ __device__ constexpr palu_smem(int hd, int mk, int sb) {
+        basis = size_t(kRaggedWarps) * kRaggedMmaStages * sb;
         qf = basis + size_t(hd / 16) * mk * 32 * 16;
         table = qf + size_t(hd / 16) * 32 * 8;
-        slots = table + size_t(kRopeRows) * (hd / 2) * 8;
-        freq = slots + size_t(kRaggedWarps) * (hd / 2) * 8;
-        total = freq + size_t(hd / 2) * 4;
+        slots = table + size_t(kRopeRows) * (2 * (hd / 2) + 16) * 4;  // >= table_stride(half <= hd / 2)
+        total = slots + size_t(kRaggedWarps) * (hd / 2) * 8;
     }
 };
 static_assert(warp_merge_floats<kRaggedWarps, QH, kMaxWidth>() * sizeof(float) <=
-                  size_t(kRaggedWarps) * kRaggedMmaStages * kStage,
+                  size_t(kRaggedWarps) * kRaggedMmaStages * kSmallStage,
               "the warps' merge area must fit in the rings it reuses");
 
 // (cos, sin) of pos * theta, the angle formed and reduced to [-pi, pi] in double (positions up to
@@ -84,7 +96,8 @@ static_assert(warp_merge_floats<kRaggedWarps, QH, kMaxWidth>() * sizeof(float) <
 __device__ __forceinline__ float2 rope_cos_sin(int pos, float theta) {
     const double ang = double(pos) * double(theta);
     constexpr double two_pi = 6.283185307179586476925286766559;
-    const float red = float(ang - two_pi * rint(ang / two_pi));
+    constexpr double inv_two_pi = 0.15915494309189533576888376337251;
+    const float red = float(ang - two_pi * rint(ang * inv_two_pi));
     float s, c;
     __sincosf(red, &s, &c);
     return make_float2(c, s);
@@ -119,46 +132,38 @@ __device__ __forceinline__ void rebuild_block(const uint32_t (&la)[MK][4], const
     }
 }
 
-// A rebuilt (and rotated) block as the A operand of the score mma, split into hi and lo f16, both
-// multiplied with q's (hi, lo) columns into s.
-__device__ __forceinline__ void score_block(const float (&acc)[2][4], uint2 q, float (&s)[4], float (&s2)[4]) {
-    uint32_t hi[4], lo[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {  // a0 = acc[0][0..1], a1 = acc[0][2..3], a2 = acc[1][0..1], a3 = acc[1][2..3]
-        const float x = acc[r >> 1][2 * (r & 1)], y = acc[r >> 1][2 * (r & 1) + 1];
-        hi[r] = pack_half2(x, y);
-        const float2 h = __half22float2(*reinterpret_cast<const __half2 *>(&hi[r]));
-        lo[r] = pack_half2(x - h.x, y - h.y);
-    }
-    mma_16816(s, hi, q.x, q.y);
-    mma_16816(s2, lo, q.x, q.y);
+// A rebuilt (and rotated) block as the f16 A operand of the score mma with q's (hi, lo) columns.
+__device__ __forceinline__ void score_block(const float (&acc)[2][4], uint2 q, float (&s)[4]) {
+    const uint32_t a[4] = {pack_half2(acc[0][0], acc[0][1]), pack_half2(acc[0][2], acc[0][3]),
+                           pack_half2(acc[1][0], acc[1][1]), pack_half2(acc[1][2], acc[1][3])};
+    mma_16816(s, a, q.x, q.y);
 }
 
 // What a block's score steps read, set up once per block.
 struct palu_block {
     const uint4 * basis;  // B_c fragments
     const uint2 * qf;     // q fragments
-    const float2 * table;  // cos / sin (j theta_i), [16][half]
+    const float * table;  // cos / sin (j theta_i) at [j * stride + 2 i], j < 16
     float2 * slot;         // this warp's cos / sin (pos theta_i) of the step's first row, [half]
-    const float * freq;
-    int nk, half, rot16;  // latent steps of the head; rot_dim / 2; rot_dim / 16
+    const float * freq;   // inv_freq (global)
+    int nk, half, rot16, stride;  // latent steps of the head; rot_dim / 2; rot_dim / 16; table_stride
     bool neox;
 };
 
-// Fills the block's basis and q fragments, inv_freq and angle table (every thread; the caller
+// Fills the block's basis and q fragments and the angle table (every thread; the caller
 // synchronizes the block before they are read).
-template <int HD>
+template <int HD, int SB>
 __device__ __forceinline__ void setup_block(const palu_mma_args & a, const rtask & t, uint8_t * smem, palu_block & pb) {
-    const palu_smem L(HD, a.nk_max);
+    const palu_smem L(HD, a.nk_max, SB);
     const int tid = int(threadIdx.x), lane = tid & 31, kw = t.hd.k_width;
     uint4 * basis = reinterpret_cast<uint4 *>(smem + L.basis);
     uint2 * qf = reinterpret_cast<uint2 *>(smem + L.qf);
-    float2 * table = reinterpret_cast<float2 *>(smem + L.table);
-    float * freq = reinterpret_cast<float *>(smem + L.freq);
+    float * table = reinterpret_cast<float *>(smem + L.table);
     pb.nk = (kw + 15) / 16;
     pb.half = a.rot_dim / 2;
     pb.rot16 = a.rot_dim / 16;
     pb.neox = a.neox;
+    pb.stride = table_stride(pb.half, pb.neox);
 
     // B fragment of n-tile (channels 8 nt .. + 7) and latent step kk for lane (g, t): b0 = rows
     // 16kk + 2t, + 1 of column 8nt + g, b1 = rows + 8, + 9; rows past the width are zeros.
@@ -172,9 +177,10 @@ __device__ __forceinline__ void setup_block(const palu_mma_args & a, const rtask
                                 pack_half2(bval(r + 8, ch + 8), bval(r + 9, ch + 8)));
     }
     const float * inv_freq = a.aux + int64_t(HD) * a.r.k_total;
-    for (int i = tid; i < pb.half; i += kRaggedThreads) freq[i] = inv_freq[i];
-    for (int idx = tid; idx < kRopeRows * pb.half; idx += kRaggedThreads)
-        table[idx] = rope_cos_sin(idx / pb.half, inv_freq[idx % pb.half]);
+    for (int idx = tid; idx < kRopeRows * pb.half; idx += kRaggedThreads) {
+        const int j = idx / pb.half, i = idx % pb.half;
+        *reinterpret_cast<float2 *>(table + j * pb.stride + 2 * i) = rope_cos_sin(j, inv_freq[i]);
+    }
     if (tid < 32) {  // warp 0: q of the chunk's heads at the full head_dim
         uint32_t bq[HD / 16][2];
         const float * q0 = a.r.q + (int64_t(t.b) * a.n_q_heads + int64_t(t.c) * a.r.group + t.h0) * HD;
@@ -186,7 +192,7 @@ __device__ __forceinline__ void setup_block(const palu_mma_args & a, const rtask
     pb.qf = qf + lane;
     pb.table = table;
     pb.slot = reinterpret_cast<float2 *>(smem + L.slots) + (tid >> 5) * (HD / 2);
-    pb.freq = freq;
+    pb.freq = inv_freq;
 }
 
 // Scores of rows r0 .. r0 + 15 of the staged tile whose row 0 is token pos0 (see the banner).
@@ -200,8 +206,8 @@ __device__ __forceinline__ float2 palu_scores(const palu_block & pb, const tile_
     __syncwarp();
 
     const int g = lane >> 2, t4 = lane & 3;
-    const float2 * off_g = pb.table + g * pb.half;
-    const float2 * off_g8 = pb.table + (g + 8) * pb.half;
+    const float * off_g = pb.table + g * pb.stride;  // rows g and g + 8 of the angle table
+    const float * off_g8 = off_g + 8 * pb.stride;
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1  // unrolled, ptxas spills at 255 registers
     for (int pr = 0; pr < HD / 32; ++pr) {
@@ -215,42 +221,44 @@ __device__ __forceinline__ float2 palu_scores(const palu_block & pb, const tile_
         rebuild_block<MK>(la, pb.basis + cb * pb.nk * 32, pb.nk, kb);
         if (neox_pair) {
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int i = 16 * ca + 8 * n + 2 * t4 + e;
-                    const float2 base = pb.slot[i];
-                    rotate_pair(ka[n][e], kb[n][e], base, off_g[i]);
-                    rotate_pair(ka[n][2 + e], kb[n][2 + e], base, off_g8[i]);
-                }
+            for (int n = 0; n < 2; ++n) {
+                const int i = 16 * ca + 8 * n + 2 * t4;  // pairs i (e = 0) and i + 1 (e = 1)
+                const float4 base = *reinterpret_cast<const float4 *>(pb.slot + i);
+                const float4 o0 = *reinterpret_cast<const float4 *>(off_g + 2 * i);
+                const float4 o8 = *reinterpret_cast<const float4 *>(off_g8 + 2 * i);
+                rotate_pair(ka[n][0], kb[n][0], make_float2(base.x, base.y), make_float2(o0.x, o0.y));
+                rotate_pair(ka[n][1], kb[n][1], make_float2(base.z, base.w), make_float2(o0.z, o0.w));
+                rotate_pair(ka[n][2], kb[n][2], make_float2(base.x, base.y), make_float2(o8.x, o8.y));
+                rotate_pair(ka[n][3], kb[n][3], make_float2(base.z, base.w), make_float2(o8.z, o8.w));
+            }
         } else if (!pb.neox) {
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
                 const int i = 8 * ca + 4 * n + t4, j = i + 8;  // the lane's pairs in blocks ca and cb
                 if (i < pb.half) {
                     const float2 base = pb.slot[i];
-                    rotate_pair(ka[n][0], ka[n][1], base, off_g[i]);
-                    rotate_pair(ka[n][2], ka[n][3], base, off_g8[i]);
+                    rotate_pair(ka[n][0], ka[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * i));
+                    rotate_pair(ka[n][2], ka[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * i));
                 }
                 if (j < pb.half) {
                     const float2 base = pb.slot[j];
-                    rotate_pair(kb[n][0], kb[n][1], base, off_g[j]);
-                    rotate_pair(kb[n][2], kb[n][3], base, off_g8[j]);
+                    rotate_pair(kb[n][0], kb[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * j));
+                    rotate_pair(kb[n][2], kb[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * j));
                 }
             }
         }
-        score_block(ka, pb.qf[32 * ca], s, s2);
-        score_block(kb, pb.qf[32 * cb], s, s2);
+        score_block(ka, pb.qf[32 * ca], s);  // two accumulators: two chains of dependent mma
+        score_block(kb, pb.qf[32 * cb], s2);
     }
     return make_float2(r0 + g < hi ? (s[0] + s2[0]) + (s[1] + s2[1]) : -INFINITY,
                        r0 + g + 8 < hi ? (s[2] + s2[2]) + (s[3] + s2[3]) : -INFINITY);
 }
 
-template <int HD, int MK, int MV>
+template <int HD, int SB, int MK, int MV>
 __device__ __forceinline__ void run_palu_task(const palu_mma_args & a, const rtask & t, uint8_t * smem) {
     const int lane = int(threadIdx.x) & 31;
     palu_block pb;
-    setup_block<HD>(a, t, smem, pb);
+    setup_block<HD, SB>(a, t, smem, pb);
     __syncthreads();  // fragments and tables are written
 
     const int kw = t.hd.k_width, vw = t.hd.v_width;
@@ -260,16 +268,16 @@ __device__ __forceinline__ void run_palu_task(const palu_mma_args & a, const rta
     tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
     tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
     rstate<MV> st;
-    stream_tiles<kStage>(a.r, t, smem, (kStage / (2 * (rs_k + rs_v))) & ~15, st, tv,
+    stream_tiles<SB>(a.r, t, smem, (SB / (2 * (rs_k + rs_v))) & ~15, st, tv,
                          [&](const tile_view & v, int r0, int hi, int pos0) {
                              return palu_scores<HD, MK>(pb, v, r0, hi, pos0, lane);
                          });
     finish_ragged_mma_task<kMaxWidth>(a.r, t, st, tv.nv, smem);
 }
 
-// HD: head_dim (64 or 128). The latent and V' step loops are unrolled to the task's head: 2, 4 or
-// 8 steps (attn_decode_ragged_mma's step_bound).
-template <int HD>
+// HD: head_dim (64 or 128); SB: bytes of a ring stage. The latent and V' step loops are unrolled to
+// the task's head: 2, 4 or 8 steps (attn_decode_ragged_mma's step_bound).
+template <int HD, int SB>
 __global__ void __launch_bounds__(kRaggedThreads, 2) attn_decode_palu_mma_kernel(const palu_mma_args a) {
     extern __shared__ uint4 smem_raw[];
     uint8_t * smem = reinterpret_cast<uint8_t *>(smem_raw);
@@ -277,9 +285,9 @@ __global__ void __launch_bounds__(kRaggedThreads, 2) attn_decode_palu_mma_kernel
     if (!load_mma_task<kMaxWidth>(a.r, QH, t)) return;  // uniform
     t.hd.k_width = min(t.hd.k_width, 16 * a.nk_max);     // the B_c fragments' room
     const int n = max((t.hd.k_width + 15) / 16, (t.hd.v_width + 15) / 16);
-    if (n <= 2) return run_palu_task<HD, 2, 2>(a, t, smem);
-    if (n <= 4) return run_palu_task<HD, 4, 4>(a, t, smem);
-    run_palu_task<HD, 8, 8>(a, t, smem);
+    if (n <= 2) return run_palu_task<HD, SB, 2, 2>(a, t, smem);
+    if (n <= 4) return run_palu_task<HD, SB, 4, 4>(a, t, smem);
+    run_palu_task<HD, SB, 8, 8>(a, t, smem);
 }
 
 }  // namespace
@@ -293,11 +301,25 @@ bool palu_mma_handles(const attn_decode_palu_params & p) {
 
 namespace {
 
+// Whether 16 rows of the layout's widest K and widest V heads (its hints, else max_width for both)
+// fit a small stage.
+static_assert(palu_smem(128, 8, kLargeStage).total <= 113 * 1024, "two blocks of the large stage per SM (228 KiB, "
+                                                                  "1 KiB reserved per block)");
+bool fits_small_stage(const ragged_layout & l) {
+    const auto widest = [&](int64_t hint) { return int(hint > 0 ? std::min(hint, l.max_width) : l.max_width); };
+    return 16 * 2 * (stage_row_halves<true>(widest(l.max_k_width)) + stage_row_halves<true>(widest(l.max_v_width))) <=
+           kSmallStage;
+}
+
 task_kernel<palu_mma_args> palu_mma_kernel_for(const attn_decode_palu_params & p) {
     const int64_t group = p.n_q_heads / std::max<int64_t>(1, p.kv.n_kv_heads);
-    const size_t smem = palu_smem(int(p.head_dim), int((p.kv.max_width + 15) / 16)).total;
-    return {p.head_dim == 64 ? attn_decode_palu_mma_kernel<64> : attn_decode_palu_mma_kernel<128>, kRaggedThreads,
-            smem, unsigned((group + QH - 1) / QH)};
+    const bool small = fits_small_stage(p.kv);
+    const size_t smem = palu_smem(int(p.head_dim), int((p.kv.max_width + 15) / 16), small ? kSmallStage : kLargeStage).total;
+    void (*fn)(palu_mma_args) = p.head_dim == 64 ? (small ? attn_decode_palu_mma_kernel<64, kSmallStage>
+                                                          : attn_decode_palu_mma_kernel<64, kLargeStage>)
+                                                 : (small ? attn_decode_palu_mma_kernel<128, kSmallStage>
+                                                          : attn_decode_palu_mma_kernel<128, kLargeStage>);
+    return {fn, kRaggedThreads, smem, unsigned((group + QH - 1) / QH)};
 }
 
 }  // namespace
