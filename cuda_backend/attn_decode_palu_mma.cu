@@ -46,12 +46,11 @@ namespace {
 
 constexpr int QH = kRaggedMmaHeads;
 constexpr int kRopeRows = 16;  // rows of the per-block angle table: offsets within a 16-row step
-// Stage sizes: 16 rows of K and V latents up to 128 + 128 wide (2 x 17 chunks of 16 bytes per padded
-// row), or the 7 KiB of attn_decode_ragged_mma's small stage where the layout's widest K and V heads
-// fit it (the 50 % profile's 128 + 80). Either way two blocks (rings, B_c fragments, tables: up to
-// ~113 KiB each at head_dim 128) share an SM's 228 KiB.
-constexpr int kLargeStage = 16 * 2 * stage_row_halves<true>(128) * 2;
-constexpr int kSmallStage = 7 * 1024;
+// A ring stage: 7 KiB, attn_decode_ragged_mma's small stage, holds 16 rows of K and V latents up to
+// 128 + 80 wide (the 50 % profile's widest); wider pairs get 8-row tiles (tile_stream's minimum),
+// correct at half the mma use. Two blocks (rings, B_c fragments, tables: ~101 KiB each at head_dim
+// 128) share an SM's 228 KiB.
+constexpr int kStage = 7 * 1024;
 constexpr int kMaxWidth = 128;
 
 struct palu_mma_args {
@@ -71,14 +70,14 @@ __host__ __device__ constexpr int table_stride(int half, bool neox) {
     return 2 * half + ((neox ? 16 : 8) - 2 * half % 32 + 32) % 32;
 }
 
-// Shared memory, in this order: the warps' rings (SB a stage) | B_c fragments [HD / 16][nk][32 lanes]
+// Shared memory, in this order: the warps' rings | B_c fragments [HD / 16][nk][32 lanes]
 // uint4 (nk: the task's latent steps; room for nk_max) | q fragments [HD / 16][32 lanes] uint2 |
 // angle table [16][table_stride] f32 | per-warp angle slots [warps][HD / 2] float2. (inv_freq is
 // read from global memory: 256 bytes more and two blocks of the large stage would not fit an SM.)
 struct palu_smem {
     size_t basis = 0, qf = 0, table = 0, slots = 0, total = 0;
-    __host__ __device__ constexpr palu_smem(int hd, int mk, int sb) {
-        basis = size_t(kRaggedWarps) * kRaggedMmaStages * sb;
+    __host__ __device__ constexpr palu_smem(int hd, int mk) {
+        basis = size_t(kRaggedWarps) * kRaggedMmaStages * kStage;
         qf = basis + size_t(hd / 16) * mk * 32 * 16;
         table = qf + size_t(hd / 16) * 32 * 8;
         slots = table + size_t(kRopeRows) * (2 * (hd / 2) + 16) * 4;  // >= table_stride(half <= hd / 2)
@@ -86,7 +85,7 @@ struct palu_smem {
     }
 };
 static_assert(warp_merge_floats<kRaggedWarps, QH, kMaxWidth>() * sizeof(float) <=
-                  size_t(kRaggedWarps) * kRaggedMmaStages * kSmallStage,
+                  size_t(kRaggedWarps) * kRaggedMmaStages * kStage,
               "the warps' merge area must fit in the rings it reuses");
 
 // (cos, sin) of pos * theta, the angle formed and reduced to [-pi, pi] in double (positions up to
@@ -114,21 +113,18 @@ __device__ __forceinline__ void rotate_pair(float & x0, float & x1, float2 base,
 
 // Keys of one channel block (16 channels) for the step's 16 rows: acc[n] = the n-tile of channels
 // 8n .. + 7 of the block (C layout). bf: this lane's B_c fragments of the block, one uint4 per
-// latent step kk < nk, 32 lanes apart.
+// latent step kk < MK (the head's steps), 32 lanes apart.
 template <int MK>
-__device__ __forceinline__ void rebuild_block(const uint32_t (&la)[MK][4], const uint4 * bf, int nk,
-                                              float (&acc)[2][4]) {
+__device__ __forceinline__ void rebuild_block(const uint32_t (&la)[MK][4], const uint4 * bf, float (&acc)[2][4]) {
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
         for (int k = 0; k < 4; ++k) acc[n][k] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < MK; ++kk) {
-        if (kk < nk) {  // uniform
-            const uint4 b = bf[32 * kk];
-            mma_16816(acc[0], la[kk], b.x, b.y);
-            mma_16816(acc[1], la[kk], b.z, b.w);
-        }
+        const uint4 b = bf[32 * kk];
+        mma_16816(acc[0], la[kk], b.x, b.y);
+        mma_16816(acc[1], la[kk], b.z, b.w);
     }
 }
 
@@ -152,9 +148,9 @@ struct palu_block {
 
 // Fills the block's basis and q fragments and the angle table (every thread; the caller
 // synchronizes the block before they are read).
-template <int HD, int SB>
+template <int HD>
 __device__ __forceinline__ void setup_block(const palu_mma_args & a, const rtask & t, uint8_t * smem, palu_block & pb) {
-    const palu_smem L(HD, a.nk_max, SB);
+    const palu_smem L(HD, a.nk_max);
     const int tid = int(threadIdx.x), lane = tid & 31, kw = t.hd.k_width;
     uint4 * basis = reinterpret_cast<uint4 *>(smem + L.basis);
     uint2 * qf = reinterpret_cast<uint2 *>(smem + L.qf);
@@ -217,8 +213,8 @@ __device__ __forceinline__ float2 palu_scores(const palu_block & pb, const tile_
         const int ca = neox_pair ? pr : 2 * pr;
         const int cb = neox_pair ? pr + pb.rot16 / 2 : 2 * pr + 1;
         float ka[2][4], kb[2][4];
-        rebuild_block<MK>(la, pb.basis + ca * pb.nk * 32, pb.nk, ka);
-        rebuild_block<MK>(la, pb.basis + cb * pb.nk * 32, pb.nk, kb);
+        rebuild_block<MK>(la, pb.basis + ca * MK * 32, ka);
+        rebuild_block<MK>(la, pb.basis + cb * MK * 32, kb);
         if (neox_pair) {
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
@@ -254,11 +250,11 @@ __device__ __forceinline__ float2 palu_scores(const palu_block & pb, const tile_
                        r0 + g + 8 < hi ? (s[2] + s2[2]) + (s[3] + s2[3]) : -INFINITY);
 }
 
-template <int HD, int SB, int MK, int MV>
+template <int HD, int MK, int MV>
 __device__ __forceinline__ void run_palu_task(const palu_mma_args & a, const rtask & t, uint8_t * smem) {
     const int lane = int(threadIdx.x) & 31;
     palu_block pb;
-    setup_block<HD, SB>(a, t, smem, pb);
+    setup_block<HD>(a, t, smem, pb);
     __syncthreads();  // fragments and tables are written
 
     const int kw = t.hd.k_width, vw = t.hd.v_width;
@@ -268,26 +264,34 @@ __device__ __forceinline__ void run_palu_task(const palu_mma_args & a, const rta
     tv.nk = (kw + 15) / 16, tv.nv = (vw + 15) / 16;
     tv.k_tail = (kw & 15) != 0 && (kw & 15) <= 8;
     rstate<MV> st;
-    stream_tiles<SB>(a.r, t, smem, (SB / (2 * (rs_k + rs_v))) & ~15, st, tv,
+    stream_tiles<kStage>(a.r, t, smem, (kStage / (2 * (rs_k + rs_v))) & ~15, st, tv,
                          [&](const tile_view & v, int r0, int hi, int pos0) {
                              return palu_scores<HD, MK>(pb, v, r0, hi, pos0, lane);
                          });
     finish_ragged_mma_task<kMaxWidth>(a.r, t, st, tv.nv, smem);
 }
 
-// HD: head_dim (64 or 128); SB: bytes of a ring stage. The latent and V' step loops are unrolled to
-// the task's head: 2, 4 or 8 steps (attn_decode_ragged_mma's step_bound).
-template <int HD, int SB>
+// HD: head_dim (64 or 128). The rebuild is compiled for the task's exact latent steps (MK = 1..8):
+// with a bound instead, every skipped step was a predicated mma behind a WARPSYNC and a compare,
+// and the loop's register copies grew (Nsight Compute, c36d8df). The V' steps keep one bound (8,
+// guarded; they are one mma per 16 channels).
+template <int HD>
 __global__ void __launch_bounds__(kRaggedThreads, 2) attn_decode_palu_mma_kernel(const palu_mma_args a) {
     extern __shared__ uint4 smem_raw[];
     uint8_t * smem = reinterpret_cast<uint8_t *>(smem_raw);
     rtask t;
     if (!load_mma_task<kMaxWidth>(a.r, QH, t)) return;  // uniform
     t.hd.k_width = min(t.hd.k_width, 16 * a.nk_max);     // the B_c fragments' room
-    const int n = max((t.hd.k_width + 15) / 16, (t.hd.v_width + 15) / 16);
-    if (n <= 2) return run_palu_task<HD, SB, 2, 2>(a, t, smem);
-    if (n <= 4) return run_palu_task<HD, SB, 4, 4>(a, t, smem);
-    run_palu_task<HD, SB, 8, 8>(a, t, smem);
+    switch ((t.hd.k_width + 15) / 16) {
+        case 1: return run_palu_task<HD, 1, 8>(a, t, smem);
+        case 2: return run_palu_task<HD, 2, 8>(a, t, smem);
+        case 3: return run_palu_task<HD, 3, 8>(a, t, smem);
+        case 4: return run_palu_task<HD, 4, 8>(a, t, smem);
+        case 5: return run_palu_task<HD, 5, 8>(a, t, smem);
+        case 6: return run_palu_task<HD, 6, 8>(a, t, smem);
+        case 7: return run_palu_task<HD, 7, 8>(a, t, smem);
+        default: return run_palu_task<HD, 8, 8>(a, t, smem);
+    }
 }
 
 }  // namespace
@@ -301,25 +305,11 @@ bool palu_mma_handles(const attn_decode_palu_params & p) {
 
 namespace {
 
-// Whether 16 rows of the layout's widest K and widest V heads (its hints, else max_width for both)
-// fit a small stage.
-static_assert(palu_smem(128, 8, kLargeStage).total <= 113 * 1024, "two blocks of the large stage per SM (228 KiB, "
-                                                                  "1 KiB reserved per block)");
-bool fits_small_stage(const ragged_layout & l) {
-    const auto widest = [&](int64_t hint) { return int(hint > 0 ? std::min(hint, l.max_width) : l.max_width); };
-    return 16 * 2 * (stage_row_halves<true>(widest(l.max_k_width)) + stage_row_halves<true>(widest(l.max_v_width))) <=
-           kSmallStage;
-}
-
 task_kernel<palu_mma_args> palu_mma_kernel_for(const attn_decode_palu_params & p) {
     const int64_t group = p.n_q_heads / std::max<int64_t>(1, p.kv.n_kv_heads);
-    const bool small = fits_small_stage(p.kv);
-    const size_t smem = palu_smem(int(p.head_dim), int((p.kv.max_width + 15) / 16), small ? kSmallStage : kLargeStage).total;
-    void (*fn)(palu_mma_args) = p.head_dim == 64 ? (small ? attn_decode_palu_mma_kernel<64, kSmallStage>
-                                                          : attn_decode_palu_mma_kernel<64, kLargeStage>)
-                                                 : (small ? attn_decode_palu_mma_kernel<128, kSmallStage>
-                                                          : attn_decode_palu_mma_kernel<128, kLargeStage>);
-    return {fn, kRaggedThreads, smem, unsigned((group + QH - 1) / QH)};
+    const size_t smem = palu_smem(int(p.head_dim), int((p.kv.max_width + 15) / 16)).total;
+    return {p.head_dim == 64 ? attn_decode_palu_mma_kernel<64> : attn_decode_palu_mma_kernel<128>, kRaggedThreads,
+            smem, unsigned((group + QH - 1) / QH)};
 }
 
 }  // namespace
