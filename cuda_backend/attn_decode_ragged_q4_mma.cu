@@ -199,32 +199,19 @@ __device__ __forceinline__ void run_task(const rdecode_args & a, const rtask & t
     tv.k_row = t.k_row, tv.v_row = t.v_row;
     tv.ng = (kw + 31) / 32, tv.nv = (vw + 15) / 16;
 
-    ts.locate(0);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) ts.issue(s);
-    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
-        ts.wait(k);                        // tile k is in its stage for every lane
-        ts.issue(k + kStages - 1);         // refills tile k - 1's stage
-
-        tv.k = ts.k_stage(k);
-        tv.v = ts.v_stage(k);
-        int lo, hi;
-        ts.rows(k, lo, hi);
-        // Software-pipelined as attn_decode_ragged_mma.cu: the next step's scores are independent of
-        // this step's softmax and values.
-        float2 s = tile_scores<NG>(tv, lo, hi, bq, qsum, ex, lane);
-        for (int r0 = lo; r0 < hi; r0 += 16) {
-            float p0, p1;
+    // Software-pipelined as attn_decode_ragged_mma.cu (run_tile_steps).
+    run_tile_steps(
+        ts,
+        [&](int k) {
+            tv.k = ts.k_stage(k);
+            tv.v = ts.v_stage(k);
+        },
+        [&](int r0, int hi) { return tile_scores<NG>(tv, r0, hi, bq, qsum, ex, lane); },
+        [&](float2 s, float & p0, float & p1) {
             const float alpha = softmax_pair(st.m, st.l, s.x, s.y, p0, p1);
             if (rescale_mma_out(st.o, alpha)) st.bias *= alpha;
-            float2 next = make_float2(-INFINITY, -INFINITY);
-            if (r0 + 16 < hi) next = tile_scores<NG>(tv, r0 + 16, hi, bq, qsum, ex, lane);
-            tile_values<MV>(st, tv, r0, hi, p0, p1, sel, ex, lane);
-            s = next;
-        }
-    }
-    cp_async_wait<0>();  // outstanding groups are empty; nothing may land in the merge area
-    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
+        },
+        [&](int r0, int hi, float p0, float p1) { tile_values<MV>(st, tv, r0, hi, p0, p1, sel, ex, lane); });
 
     // The warps' states merge through the rings; the bias belongs to every channel.
     st.l = head_sum(st.l);

@@ -103,42 +103,26 @@ __device__ __forceinline__ void tile_values(rstate<MV> & st, const tile_view & t
     }
 }
 
-// The warp's part of a block's task: streams its tiles (SB bytes a stage, at most t_max rows of
-// K' and V' each) and runs every 16-row step of them. scores(tv, r0, hi, pos0) gives this lane's
-// head t scores of rows r0 + g (.x) and r0 + g + 8 (.y), -inf from row hi on; pos0 is the token
-// index of the tile's row 0 in its request. tv's strides and step counts are set by the caller.
+// The warp's part of a block's task over f16 pages with padded rows: streams its tiles (SB bytes a
+// stage, at most t_max rows of K' and V' each) and runs every 16-row step of them.
+// scores(tv, r0, hi, pos0): as run_tile_steps' scores, with the tile's view and the token index pos0
+// of the tile's row 0 in its request. tv's strides and step counts are set by the caller.
 template <int SB, int MV, typename Scores>
 __device__ __forceinline__ void stream_tiles(const rdecode_args & a, const rtask & t, uint8_t * ring, int t_max,
                                              rstate<MV> & st, tile_view & tv, Scores && scores) {
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
     tile_stream<kRaggedMmaStages, SB, true> ts(a, t, ring + warp * kRaggedMmaStages * SB, t_max);
-    ts.locate(0);
-#pragma unroll
-    for (int s = 0; s < kRaggedMmaStages - 1; ++s) ts.issue(s);
-    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
-        ts.wait(k);                        // tile k is in its stage for every lane
-        ts.issue(k + kRaggedMmaStages - 1);  // refills tile k - 1's stage
-
-        tv.k = ts.k_stage_s(k);
-        tv.v = ts.v_stage_s(k);
-        const int pos0 = ts.tile_start(k);
-        int lo, hi;
-        ts.rows(k, lo, hi);
-        // Software-pipelined: the next step's scores are independent of this step's softmax and
-        // values, so the scheduler can interleave them (a warp streams alone: its own ILP hides
-        // the mma and shared-memory latencies).
-        float2 s = scores(tv, lo, hi, pos0);
-        for (int r0 = lo; r0 < hi; r0 += 16) {
-            float p0, p1;
-            rescale_mma_out(st.o, softmax_pair(st.m, st.l, s.x, s.y, p0, p1));
-            float2 next = make_float2(-INFINITY, -INFINITY);
-            if (r0 + 16 < hi) next = scores(tv, r0 + 16, hi, pos0);
-            tile_values<MV>(st, tv, r0, hi, p0, p1, lane);
-            s = next;
-        }
-    }
-    cp_async_wait<0>();       // outstanding groups are empty; nothing may land in the merge area
-    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
+    int pos0 = 0;
+    run_tile_steps(
+        ts,
+        [&](int k) {
+            tv.k = ts.k_stage_s(k);
+            tv.v = ts.v_stage_s(k);
+            pos0 = ts.tile_start(k);
+        },
+        [&](int r0, int hi) { return scores(tv, r0, hi, pos0); },
+        [&](float2 s, float & p0, float & p1) { rescale_mma_out(st.o, softmax_pair(st.m, st.l, s.x, s.y, p0, p1)); },
+        [&](int r0, int hi, float p0, float p1) { tile_values<MV>(st, tv, r0, hi, p0, p1, lane); });
 }
 
 // The end of the block: the warps' states merge through the rings (W = the merge area's row

@@ -46,6 +46,7 @@
 
 #include "common.cuh"
 #include "decode_common.cuh"
+#include "dependent_launch.cuh"
 #include "ragged_common.cuh"
 
 namespace kvcomp::cuda {
@@ -351,6 +352,39 @@ struct tile_stream {
         }
     }
 };
+
+// The tile loop of every tensor-core ragged decode (f16 and q4 pages, Palu): streams the warp's
+// tiles through ts (ragged_stream.cuh's tile_stream) and runs each tile's 16-row steps. view(k)
+// points the caller's tile view at tile k's stage; scores(r0, hi) gives this lane's head t scores of
+// rows r0 + g (.x) and r0 + g + 8 (.y), -inf from row hi on; weights(s, p0, p1) is the online softmax
+// step (and any rescaling); values(r0, hi, p0, p1) adds the step's weighted V rows. Software-pipelined:
+// the next step's scores are independent of this step's softmax and values, so the scheduler can
+// interleave them (a warp streams alone: its own ILP hides the mma and shared-memory latencies).
+template <int STAGES, int SB, bool PAD, typename View, typename Scores, typename Weights, typename Values>
+__device__ __forceinline__ void run_tile_steps(tile_stream<STAGES, SB, PAD> & ts, View && view, Scores && scores,
+                                               Weights && weights, Values && values) {
+    ts.locate(0);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) ts.issue(s);
+    for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
+        ts.wait(k);                        // tile k is in its stage for every lane
+        ts.issue(k + STAGES - 1);          // refills tile k - 1's stage
+        view(k);
+        int lo, hi;
+        ts.rows(k, lo, hi);
+        float2 s = scores(lo, hi);
+        for (int r0 = lo; r0 < hi; r0 += 16) {
+            float p0, p1;
+            weights(s, p0, p1);
+            float2 next = make_float2(-INFINITY, -INFINITY);
+            if (r0 + 16 < hi) next = scores(r0 + 16, hi);
+            values(r0, hi, p0, p1);
+            s = next;
+        }
+    }
+    cp_async_wait<0>();       // outstanding groups are empty; nothing may land in the merge area
+    allow_consumer_launch();  // the merge may now be launched (dependent_launch.cuh)
+}
 
 // The kernel arguments of an op whose src0..8 and dst0 are attn_decode_ragged's (q, pages, page
 // table, heads, schedule, merge; out), for its layout, batch, query heads, tasks and softmax scale
