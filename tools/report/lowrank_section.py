@@ -9,6 +9,9 @@
   bench_ops_lowrank_mma_h200.csv  the tensor-core decodes after their rework on an H200 (f16 and 4-bit pages,
                               fp16 decode of the same run; + _base: the first tensor-core version, an earlier visit)
   bench_lowrank_h200.csv      kvcomp bench on the H200 after that rework (none, fdc, fdc kv_bits=4, palu)
+  bench_e2e_palu_mma_h200.csv  the same for none, fdc and palu once Palu's decode ran on the tensor cores (visit 83)
+  bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
+                              (palu_section.py)
   bench_ops_lowrank_ocl_h200.csv  the same decodes on NVIDIA's OpenCL driver (H200), fp16 decode of the same run
   bench_ops_ab_h200.csv       one visit timing three binaries interleaved, two runs each (the commits before and
                               after this session's decode changes), every decode kernel next to fp16
@@ -35,10 +38,11 @@ import re
 
 from bench_table import bench_points, bench_vs_none
 from results_data import commits_in_order, provenance, read_dicts
+from palu_section import palu_section
 from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
-           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "eval_lowrank_q4_cuda.csv",
+           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv", "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
@@ -410,6 +414,16 @@ def _e2e_h200_intro(prov):
             "128), so this run does not exercise uneven ranks; the kernel tables above do."]
 
 
+def _e2e_palu_intro(prov):
+    return ["### End to end with Palu's tensor-core decode (kvcomp bench, H200)", "",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (`.carry/visit83.sh` in",
+            "`docs/data/gpu_visits_2026-11-27.log`, visit 83): as the table above, fdc and palu calibrated for p = 0.5",
+            "on 8192 random token ids, 16 generated tokens, none in the same visit, batches 1 and 8. Palu's decode is",
+            "now `attn_decode_palu_mma` (the tables \"Palu's decode on the tensor cores\" above); the table above ran",
+            "its CUDA-core kernel. The engine still cuts Palu's schedule for one worker per SM (`workers_for`), a",
+            "choice measured on the CUDA-core kernel."]
+
+
 def _combination_point(r):
     """The bench table's parameter of a row of the combination's end-to-end run."""
     o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
@@ -540,6 +554,7 @@ def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
     be_h200 = [r for r in results if r["source"] == "bench_lowrank_h200.csv"]
+    be_palu = [r for r in results if r["source"] == "bench_e2e_palu_mma_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -565,7 +580,8 @@ def lowrank_section(data_dir, results):
     kernels += _worker_scales(read_dicts(os.path.join(data_dir, "bench_ops_worker_scales_h200.csv")))
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
+    kernels += palu_section(data_dir)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
