@@ -114,13 +114,9 @@ __device__ __forceinline__ void decode_body(const rdecode_args & a, const rtask 
     float m_run = -INFINITY, l_run = 0.0f;
 
     stream st(a, t, ring + warp * kWarpRingBytes, kStageHalves / (kw + vw));
-    st.locate(0);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) st.issue(s);
-
+    st.begin();
     for (int k = 0; k < st.n_mine; ++k) {  // uniform per warp
-        st.wait(k);                        // tile k is in its stage for every lane
-        st.issue(k + kStages - 1);         // refills tile k - 1's stage
+        st.acquire(k);
 
         const __half * kt = reinterpret_cast<const __half *>(st.k_stage(k));
         const __half * vt = reinterpret_cast<const __half *>(st.v_stage(k));

@@ -301,6 +301,18 @@ struct tile_stream {
         __syncwarp();                 // every lane's have; every lane is done with tile k - 1
     }
 
+    // The stream's loop: begin() before the first tile (page entries of tile 0, copies of the first
+    // STAGES - 1 tiles); acquire(k) at the top of tile k (waits for it, refills the stage of tile k - 1).
+    __device__ __forceinline__ void begin() {
+        locate(0);
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) issue(s);
+    }
+    __device__ __forceinline__ void acquire(int k) {
+        wait(k);                // tile k is in its stage for every lane
+        issue(k + STAGES - 1);  // refills tile k - 1's stage
+    }
+
     // One run from src (its first row in the pages) to the stage at dst: PAD, by rows (plan_rows);
     // else the run's n16 chunks of 16 bytes as one contiguous span.
     __device__ __forceinline__ void copy_run(unsigned dst, const uint8_t * src, int n16, const row_lanes & p) const {
@@ -363,12 +375,9 @@ struct tile_stream {
 template <int STAGES, int SB, bool PAD, typename View, typename Scores, typename Weights, typename Values>
 __device__ __forceinline__ void run_tile_steps(tile_stream<STAGES, SB, PAD> & ts, View && view, Scores && scores,
                                                Weights && weights, Values && values) {
-    ts.locate(0);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) ts.issue(s);
+    ts.begin();
     for (int k = 0; k < ts.n_mine; ++k) {  // uniform per warp
-        ts.wait(k);                        // tile k is in its stage for every lane
-        ts.issue(k + STAGES - 1);          // refills tile k - 1's stage
+        ts.acquire(k);
         view(k);
         int lo, hi;
         ts.rows(k, lo, hi);
