@@ -72,7 +72,7 @@ void usage() {
         "                    (default 1x4K,16x4K,1x32K; 'none' to skip)\n"
         "  --worker-scales L low-rank decode: schedules for compute_units x each, or auto (default):\n"
         "                    the decode tasks the backend runs at once (backend::concurrent_workgroups,\n"
-        "                    as the engine's workers=auto, which keeps 1 for palu); rows of scale s are named\n"
+        "                    as the engine's workers=auto); rows of scale s are named\n"
         "                    decode_lowrank_*_xS_*, auto rows have no suffix; each profile also\n"
         "                    runs decode_lowrank_q4_balanced_* (kv_bits=4 pages, core/ragged_q4.h;\n"
         "                    bytes = the q4 rows read)\n"
@@ -161,8 +161,7 @@ int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs
         kv.max_v_width = std::max(kv.max_v_width, rs.v_widths[c]);
     }
     kv.bits = rs.bits;
-    // Palu: the engine's workers=auto keeps one worker per compute unit (kv_method_lowrank.cpp,
-    // workers_for); these rows ask the backend, to measure that choice.
+    // Palu: the backend's answer for attn_decode_palu, as the engine's workers_for asks it.
     if (palu) {
         attn_decode_palu_params p;
         p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.head_dim = rs.head_dim, p.rot_dim = rs.rot_dim;

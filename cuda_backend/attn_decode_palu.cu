@@ -237,9 +237,15 @@ task_kernel<palu_args> palu_kernel_for(const attn_decode_palu_params & p) {
 
 }  // namespace
 
+// The tensor-core kernel's resident rows; one per SM for the CUDA-core kernel, which is
+// compute-bound: cut for its resident blocks (2 per SM at p70) it was never faster on an H200 and
+// 28 % slower at 1 x 32K (docs/RESULTS.md, "workers=auto" and "Palu's decode at auto and at 1 x SMs").
 int64_t concurrent_rows_attn_decode_palu(const attn_decode_palu_params & p) {
     if (palu_mma_handles(p)) return concurrent_rows_attn_decode_palu_mma(p);
-    return concurrent_task_rows(palu_kernel_for(p));
+    int device = 0, sms = 0;
+    KVCOMP_CUDA_CHECK(cudaGetDevice(&device));
+    KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return std::max(1, sms);
 }
 
 void run_attn_decode_palu(context & ctx, const op_desc & op) {

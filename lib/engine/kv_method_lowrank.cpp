@@ -335,12 +335,18 @@ class lowrank_method : public kv_method {
     // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
     // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
     // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200; on OpenCL
-    // GPUs 8 x the compute units, on CPU devices one per compute unit).
-    // Palu's decode (attn_decode_palu) rebuilds every key at full width and is compute-bound: cut
-    // for its 2 resident blocks per SM it was never faster on an H200 and 28 % slower at 1 x 32K
-    // (docs/RESULTS.md, "workers=auto"), so auto keeps one worker per compute unit there.
+    // GPUs 8 x the compute units, on CPU devices one per compute unit). Palu's layers ask for
+    // attn_decode_palu: the backend knows which of its kernels runs (CUDA: the tensor-core kernel's
+    // resident blocks, one per SM for its CUDA-core kernel; the other backends: one per compute unit,
+    // as their Palu kernels are compute-bound).
     int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
-        if (c_.worker_scale > 0 || rebuilds_keys(L)) return int64_t(compute_units_) * std::max(1, c_.worker_scale);
+        if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
+        if (rebuilds_keys(L)) {
+            attn_decode_palu_params p;
+            p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
+            p.rot_dim = shape_.head_dim, p.style = rope_style::neox;  // as decode() runs it
+            return be.concurrent_workgroups(p);
+        }
         attn_decode_ragged_params p;
         p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads;
         return be.concurrent_workgroups(p);
