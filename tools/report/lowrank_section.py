@@ -10,6 +10,9 @@
                               fp16 decode of the same run; + _base: the first tensor-core version, an earlier visit)
   bench_lowrank_h200.csv      kvcomp bench on the H200 after that rework (none, fdc, fdc kv_bits=4, palu)
   bench_e2e_palu_mma_h200.csv  the same for none, fdc and palu once Palu's decode ran on the tensor cores (visit 83)
+  bench_e2e_palu_workers_h200.csv  palu at 32K with one worker per SM and workers=2 (visit 84)
+  bench_e2e_palu_auto_h200.csv  none, fdc and palu after Palu's workers=auto asked the backend (visit 85)
+  bench_ops_palu_final_h200.csv  every low-rank decode and fp16 in one --cold run of the final binary (visit 84)
   bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
                               (palu_section.py)
   bench_ops_lowrank_ocl_h200.csv  the same decodes on NVIDIA's OpenCL driver (H200), fp16 decode of the same run
@@ -42,7 +45,8 @@ from palu_section import palu_section
 from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
-           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv", "eval_lowrank_q4_cuda.csv",
+           "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv",
+           "bench_e2e_palu_auto_h200.csv", "bench_e2e_palu_workers_h200.csv", "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
@@ -274,7 +278,7 @@ def _lowrank_quant_accuracy(by_source):
     return out
 
 
-def _kernels(ops):
+def _kernels(ops, palu_kernel="a CUDA-core kernel, no tensor cores"):
     lr = [r for r in ops if r["op"].startswith(("decode_lowrank", "decode_palu")) and r["time_ms"]]
     if not lr:
         return []
@@ -287,7 +291,7 @@ def _kernels(ops):
            "heads, 8 KV heads (GQA 4), per-KV-head widths of the profile (p50: K 32..128 / V 16..80, half of the",
            "fp16 dims; p70: K 16..80 / V 16..64, 29.7 % of them), page size 16. `plain`: equal token chunks;",
            "`balanced`: tasks costed s_kv·(d_k + d_v + 1), longest first (paper §5.3); `palu`: latent pre-RoPE K",
-           "reconstructed and rotated every step (a CUDA-core kernel, no tensor cores). GB/s counts the compressed",
+           f"reconstructed and rotated every step ({palu_kernel}). GB/s counts the compressed",
            "bytes read; the target is time ≤ 1.2 × bytes / copy bandwidth (fraction ≥ 0.83)." +
            (" `lowrank_q4_*`: the same widths stored as 4-bit codes per (token, head) row with an f16 min and step"
             " (zack/fdc `kv_bits=4`), dequantized in registers." if q4 else ""), "",
@@ -386,7 +390,7 @@ def _e2e(rows, intro):
     for (m, p, be, b, ctx), ms in pts.items():
         q, n = pts.get(("palu", p, be, b, ctx)), pts.get(("none", None, be, b, ctx))
         if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
-            pairs.append(f"{be} p {p}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.2f}×")
+            pairs.append(f"{be} p {p}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.3f}×")
         if m == "fdc" and n and "ttft_ms" in ms and "ttft_ms" in n:
             ttft.append(f"{be} p {p}, batch {b} × {ctx}: {float(ms['ttft_ms']['value']) / float(n['ttft_ms']['value']):.3f}")
     if pairs:
@@ -402,7 +406,9 @@ def _e2e_h100_intro(prov):
             "model itself (8192 uniform token ids; the config has no tokenizer), ranks for compression p re-chosen",
             "at load; prompt attention through the tensor-core attn_prefill on heads zero-padded to 128 (option",
             "prefill=padded, the default); 16 generated tokens; TTFT until every request has its first token, TBT the",
-            "median gap; none is the fp16 cache in the same visit. KV bytes: the batch's cache at its last step."]
+            "median gap; none is the fp16 cache in the same visit. KV bytes: the batch's cache at its last step.",
+            "Palu's decode in this run is its CUDA-core kernel; the last two tables of this section run its",
+            "tensor-core kernel."]
 
 
 def _e2e_h200_intro(prov):
@@ -411,7 +417,8 @@ def _e2e_h200_intro(prov):
             "`docs/data/h200_visits_2026-11-26b.log`, visit 5): fdc and palu calibrated on the random-weight model (8192 uniform token",
             "ids) for p = 0.5, fdc also with `kv_bits=4`; 16 generated tokens; none in the same visit; 16 × 32K is",
             "skipped (its fp16 cache exceeds `--max-kv-gib` 40). Random weights give every head the same rank (64 of",
-            "128), so this run does not exercise uneven ranks; the kernel tables above do."]
+            "128), so this run does not exercise uneven ranks; the kernel tables above do. Palu's decode here is its",
+            "CUDA-core kernel; the next two tables run its tensor-core kernel."]
 
 
 def _e2e_palu_intro(prov):
@@ -420,8 +427,31 @@ def _e2e_palu_intro(prov):
             "`docs/data/gpu_visits_2026-11-27.log`, visit 83): as the table above, fdc and palu calibrated for p = 0.5",
             "on 8192 random token ids, 16 generated tokens, none in the same visit, batches 1 and 8. Palu's decode is",
             "now `attn_decode_palu_mma` (the tables \"Palu's decode on the tensor cores\" above); the table above ran",
-            "its CUDA-core kernel. The engine still cuts Palu's schedule for one worker per SM (`workers_for`), a",
-            "choice measured on the CUDA-core kernel."]
+            "its CUDA-core kernel. The engine then still cut Palu's schedule for one worker per SM (`workers_for`), a",
+            "choice measured on the CUDA-core kernel; the next table is the run after that changed."]
+
+
+def _tbt_by_workers(rows, batch, ctx):
+    """TBT (ms) of the palu rows of one point, by their workers= option ('' when not given)."""
+    out = {}
+    for r in rows:
+        if r["metric"] == "tbt_ms" and r["batch"] == batch and r["context"] == ctx:
+            o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
+            out[o.get("workers", "")] = float(r["value"])
+    return out
+
+
+def _e2e_palu_auto_intro(prov, workers_rows):
+    w = _tbt_by_workers(workers_rows, "8", "32768")
+    ab = (f" In visit 84 (`docs/data/bench_e2e_palu_workers_h200.csv`, the binary before that change) Palu at "
+          f"8 × 32K took {w['']:.2f} ms per token at one worker per SM and {w['2']:.2f} ms with `workers=2`."
+          if "" in w and "2" in w else "")
+    return ["### End to end with Palu's schedule cut for its tensor-core decode (kvcomp bench, H200)", "",
+            f"The same grid on {prov} (`.carry/visit85.sh` in `docs/data/gpu_visits_2026-11-27.log`, visit 85), after",
+            "the engine began asking the backend how many Palu decode tasks run at once (workers=auto: 2 × 132 on",
+            "this GPU for `attn_decode_palu_mma`) instead of cutting Palu's schedule for one per SM." + ab,
+            "This is the comparison the issue's target names: FDC against a Palu whose decode runs on the tensor",
+            "cores, all three methods in one visit."]
 
 
 def _combination_point(r):
@@ -555,6 +585,8 @@ def lowrank_section(data_dir, results):
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
     be_h200 = [r for r in results if r["source"] == "bench_lowrank_h200.csv"]
     be_palu = [r for r in results if r["source"] == "bench_e2e_palu_mma_h200.csv"]
+    be_palu_auto = [r for r in results if r["source"] == "bench_e2e_palu_auto_h200.csv"]
+    palu_workers = [r for r in results if r["source"] == "bench_e2e_palu_workers_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -581,7 +613,9 @@ def lowrank_section(data_dir, results):
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
     kernels += palu_section(data_dir)
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
+    kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_palu_final_h200.csv")),
+                        "on CUDA the tensor-core kernel attn_decode_palu_mma; bench_ops --cold, one pass")
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers)) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body
