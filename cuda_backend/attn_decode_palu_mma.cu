@@ -24,6 +24,8 @@
 //      two pairs each, angle reduced in double as the CUDA-core kernel does, into a per-warp slot)
 //      combined by the angle-sum formulas with a per-block table of cos / sin (j theta_i), j < 16.
 //      The table's rows are padded so that a warp's reads hit every bank once (table_stride).
+//      Neox pairs are rotated after the rounding to f16 below, two pairs per f16x2 operation (the
+//      angle sums stay fp32); interleaved ones in fp32.
 //   4. The rotated block as the A operand of the score mma: the C layout of two n-tiles is the A
 //      layout of one k16 step, rounded to f16 (q keeps its (hi, lo) columns). B_c is rounded to f16
 //      too: keys with f16 relative error, as the fp16 cache stores them. The oracle's budget is
@@ -128,11 +130,31 @@ __device__ __forceinline__ void rebuild_block(const uint32_t (&la)[MK][4], const
     }
 }
 
-// A rebuilt (and rotated) block as the f16 A operand of the score mma with q's (hi, lo) columns.
-__device__ __forceinline__ void score_block(const float (&acc)[2][4], uint2 q, float (&s)[4]) {
-    const uint32_t a[4] = {pack_half2(acc[0][0], acc[0][1]), pack_half2(acc[0][2], acc[0][3]),
-                           pack_half2(acc[1][0], acc[1][1]), pack_half2(acc[1][2], acc[1][3])};
-    mma_16816(s, a, q.x, q.y);
+// A rebuilt block as the f16 A operand of the score mma: the C layout of two n-tiles is one k16 A
+// fragment (a0 = n-tile 0 row g, a1 = its row g + 8, a2 / a3 = n-tile 1); the low half of each pair
+// is the lower channel.
+__device__ __forceinline__ void pack_block(const float (&acc)[2][4], uint32_t (&a)[4]) {
+    a[0] = pack_half2(acc[0][0], acc[0][1]);
+    a[1] = pack_half2(acc[0][2], acc[0][3]);
+    a[2] = pack_half2(acc[1][0], acc[1][1]);
+    a[3] = pack_half2(acc[1][2], acc[1][3]);
+}
+
+// cos and sin of the angle sums base (+) off for two neighbouring rotary pairs (base, off: cos / sin
+// of pair i in .x / .y, of pair i + 1 in .z / .w), as f16 pairs (pair i in the low half).
+__device__ __forceinline__ void angle_pairs(float4 base, float4 off, __half2 & c, __half2 & s) {
+    c = __floats2half2_rn(base.x * off.x - base.y * off.y, base.z * off.z - base.w * off.w);
+    s = __floats2half2_rn(base.y * off.x + base.x * off.y, base.w * off.z + base.z * off.w);
+}
+
+// Neox rotation of two pairs in f16: x0 holds the pairs' first elements, x1 their second ones.
+// The keys are f16 operands anyway; f16 products add about 2^-11 relative error (op tests: NMSE).
+__device__ __forceinline__ void rotate_half2(uint32_t & x0, uint32_t & x1, __half2 c, __half2 s) {
+    const __half2 a = *reinterpret_cast<const __half2 *>(&x0), b = *reinterpret_cast<const __half2 *>(&x1);
+    const __half2 ra = __hfma2(a, c, __hneg2(__hmul2(b, s)));
+    const __half2 rb = __hfma2(b, c, __hmul2(a, s));
+    x0 = *reinterpret_cast<const uint32_t *>(&ra);
+    x1 = *reinterpret_cast<const uint32_t *>(&rb);
 }
 
 // What a block's score steps read, set up once per block.
@@ -215,36 +237,44 @@ __device__ __forceinline__ float2 palu_scores(const palu_block & pb, const tile_
         float ka[2][4], kb[2][4];
         rebuild_block<MK>(la, pb.basis + ca * MK * 32, ka);
         rebuild_block<MK>(la, pb.basis + cb * MK * 32, kb);
-        if (neox_pair) {
+        uint32_t ha[4], hb[4];
+        if (neox_pair) {  // rotated after packing: two pairs per f16x2 operation
+            pack_block(ka, ha);
+            pack_block(kb, hb);
 #pragma unroll
             for (int n = 0; n < 2; ++n) {
-                const int i = 16 * ca + 8 * n + 2 * t4;  // pairs i (e = 0) and i + 1 (e = 1)
+                const int i = 16 * ca + 8 * n + 2 * t4;  // pairs i (low halves) and i + 1 (high halves)
                 const float4 base = *reinterpret_cast<const float4 *>(pb.slot + i);
-                const float4 o0 = *reinterpret_cast<const float4 *>(off_g + 2 * i);
-                const float4 o8 = *reinterpret_cast<const float4 *>(off_g8 + 2 * i);
-                rotate_pair(ka[n][0], kb[n][0], make_float2(base.x, base.y), make_float2(o0.x, o0.y));
-                rotate_pair(ka[n][1], kb[n][1], make_float2(base.z, base.w), make_float2(o0.z, o0.w));
-                rotate_pair(ka[n][2], kb[n][2], make_float2(base.x, base.y), make_float2(o8.x, o8.y));
-                rotate_pair(ka[n][3], kb[n][3], make_float2(base.z, base.w), make_float2(o8.z, o8.w));
+                __half2 c, sn;
+                angle_pairs(base, *reinterpret_cast<const float4 *>(off_g + 2 * i), c, sn);
+                rotate_half2(ha[2 * n], hb[2 * n], c, sn);  // row g
+                angle_pairs(base, *reinterpret_cast<const float4 *>(off_g8 + 2 * i), c, sn);
+                rotate_half2(ha[2 * n + 1], hb[2 * n + 1], c, sn);  // row g + 8
             }
-        } else if (!pb.neox) {
+        } else {
+            if (!pb.neox) {  // interleaved: each pair is one register pair of one n-tile, rotated in fp32
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                const int i = 8 * ca + 4 * n + t4, j = i + 8;  // the lane's pairs in blocks ca and cb
-                if (i < pb.half) {
-                    const float2 base = pb.slot[i];
-                    rotate_pair(ka[n][0], ka[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * i));
-                    rotate_pair(ka[n][2], ka[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * i));
-                }
-                if (j < pb.half) {
-                    const float2 base = pb.slot[j];
-                    rotate_pair(kb[n][0], kb[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * j));
-                    rotate_pair(kb[n][2], kb[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * j));
+                for (int n = 0; n < 2; ++n) {
+                    const int i = 8 * ca + 4 * n + t4, j = i + 8;  // the lane's pairs in blocks ca and cb
+                    if (i < pb.half) {
+                        const float2 base = pb.slot[i];
+                        rotate_pair(ka[n][0], ka[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * i));
+                        rotate_pair(ka[n][2], ka[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * i));
+                    }
+                    if (j < pb.half) {
+                        const float2 base = pb.slot[j];
+                        rotate_pair(kb[n][0], kb[n][1], base, *reinterpret_cast<const float2 *>(off_g + 2 * j));
+                        rotate_pair(kb[n][2], kb[n][3], base, *reinterpret_cast<const float2 *>(off_g8 + 2 * j));
+                    }
                 }
             }
+            pack_block(ka, ha);
+            pack_block(kb, hb);
         }
-        score_block(ka, pb.qf[32 * ca], s);  // two accumulators: two chains of dependent mma
-        score_block(kb, pb.qf[32 * cb], s2);
+        const uint2 qa = pb.qf[32 * ca];
+        mma_16816(s, ha, qa.x, qa.y);  // two accumulators: two chains of dependent mma
+        const uint2 qb = pb.qf[32 * cb];
+        mma_16816(s2, hb, qb.x, qb.y);
     }
     return make_float2(r0 + g < hi ? (s[0] + s2[0]) + (s[1] + s2[1]) : -INFINITY,
                        r0 + g + 8 < hi ? (s[2] + s2[2]) + (s[3] + s2[3]) : -INFINITY);
