@@ -12,6 +12,7 @@
   bench_e2e_palu_mma_h200.csv  the same for none, fdc and palu once Palu's decode ran on the tensor cores (visit 83)
   bench_e2e_palu_workers_h200.csv  palu at 32K with one worker per SM and workers=2 (visit 84)
   bench_e2e_palu_auto_h200.csv  none, fdc and palu after Palu's workers=auto asked the backend (visit 85)
+  bench_e2e_palu_half2_h200.csv  the same after Palu's neox rotation moved to f16x2 (visit 86)
   bench_ops_palu_final_h200.csv  every low-rank decode and fp16 in one --cold run of the final binary (visit 84)
   bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
                               (palu_section.py)
@@ -46,7 +47,7 @@ from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv",
-           "bench_e2e_palu_auto_h200.csv", "bench_e2e_palu_workers_h200.csv", "eval_lowrank_q4_cuda.csv",
+           "bench_e2e_palu_auto_h200.csv", "bench_e2e_palu_workers_h200.csv", "bench_e2e_palu_half2_h200.csv", "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
@@ -454,6 +455,13 @@ def _e2e_palu_auto_intro(prov, workers_rows):
             "cores, all three methods in one visit."]
 
 
+def _e2e_palu_half2_intro(prov):
+    return ["### End to end with the final Palu decode (kvcomp bench, H200)", "",
+            f"The same grid on {prov} (`.carry/visit86.sh` in `docs/data/gpu_visits_2026-11-27.log`, visit 86): Palu's",
+            "neox rotation in f16x2 (\"The Palu tensor-core decode with its neox rotation in f16x2\" above), all three",
+            "methods in one visit. The issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is not met against this Palu."]
+
+
 def _combination_point(r):
     """The bench table's parameter of a row of the combination's end-to-end run."""
     o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
@@ -587,6 +595,7 @@ def lowrank_section(data_dir, results):
     be_palu = [r for r in results if r["source"] == "bench_e2e_palu_mma_h200.csv"]
     be_palu_auto = [r for r in results if r["source"] == "bench_e2e_palu_auto_h200.csv"]
     palu_workers = [r for r in results if r["source"] == "bench_e2e_palu_workers_h200.csv"]
+    be_palu_half2 = [r for r in results if r["source"] == "bench_e2e_palu_half2_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -615,7 +624,7 @@ def lowrank_section(data_dir, results):
     kernels += palu_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_palu_final_h200.csv")),
                         "on CUDA the tensor-core kernel attn_decode_palu_mma; bench_ops --cold, one pass")
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers)) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
+    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers)) + _e2e(be_palu_half2, _e2e_palu_half2_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body

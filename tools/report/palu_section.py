@@ -5,6 +5,7 @@
                                 at one worker per SM
   bench_ops_palu_mma2_h200.csv  visit 82: 22f1534 against c36d8df
   bench_ops_palu_mma3_h200.csv  visit 83: c36d8df against 6b4c13a
+  bench_ops_palu_half2_h200.csv  visit 86: 899f34a against 29ed187
 all on one NVIDIA H200 (docs/data/gpu_visits_2026-11-27.log). The end-to-end run of visit 83
 (bench_e2e_palu_mma_h200.csv) is lowrank_section's.
 """
@@ -43,6 +44,13 @@ _TABLES = [
      "for batch 16. At 16 × 32K "
      "p50 Palu now takes 0.79 ms, 2.6× the FDC (balanced f16) decode of visit 81 (0.30 ms): 0.32 of the copy "
      "bandwidth for bytes equal to FDC's, at 2 warps per scheduler and 0.42 instructions issued per cycle."),
+    ("bench_ops_palu_half2_h200.csv",
+     "### The Palu tensor-core decode with its neox rotation in f16x2 (CUDA, H200, --cold, interleaved A/B)",
+     "The same sweep ({date}, `docs/data/{file}`, two passes; visit 86): `899f34a` (`6b4c13a`'s Palu kernel, the "
+     "engine change and the shared tile loop) against `29ed187`, which rounds a rebuilt block to its f16 score "
+     "operand first and rotates the neox pairs there, two per f16x2 operation (the angle sums stay fp32). Palu "
+     "1.01-1.07× (16 × 32K p50 0.77 ms, 0.33 of copy); the f16 ragged rows (FDC / ZACK, unchanged) 0.99-1.01×. Op "
+     "tests 7/7 under the 1e-6 NMSE budget."),
 ]
 
 
