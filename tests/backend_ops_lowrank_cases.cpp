@@ -666,6 +666,13 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             s.head_dim = 64, s.rot_dim = 64, s.style = rope_style::interleaved;
             add(std::make_unique<ragged_decode_case>(s, true));
         }
+        // Latent widths 80..128: the CUDA tensor-core kernel's rebuild paths of 5..8 latent steps (the
+        // cases above take 1..4), neox at full and interleaved at partial rotary.
+        for (rope_style style : {rope_style::neox, rope_style::interleaved}) {
+            ragged_spec s = rs({80, 96, 112, 128}, {64, 80, 48, 128}, 4, {700, 33}, P::balanced, 132);
+            s.head_dim = 128, s.rot_dim = style == rope_style::neox ? 128 : 96, s.style = style;
+            add(std::make_unique<ragged_decode_case>(s, true));
+        }
         {
             // Many tasks per row for the merge (see the attn_decode_ragged case above): 167 tasks.
             ragged_spec s = rs({24, 7}, {16, 40}, 4, {1500, 1, 0}, P::plain, 400);
