@@ -208,17 +208,18 @@ __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_a
     }
 }
 
-constexpr size_t kMaxSmem = 160 * 1024;  // fits every default target (sm_80 allows 163 KiB per block)
 
 }  // namespace
 
 support supports_attn_decode_palu(const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const ragged_layout & l = p.kv;
-    if (!palu_mma_handles(p) && palu_smem_bytes(l.max_width, p.head_dim) > kMaxSmem)
+    if (!palu_mma_handles(p) && palu_smem_bytes(l.max_width, p.head_dim) > size_t(smem_optin_limit()))
         return support::no("max_width " + std::to_string(l.max_width) + " x head_dim " +
-                           std::to_string(p.head_dim) +
-                           " needs more than 160 KiB of shared memory (basis + tiles)");
+                           std::to_string(p.head_dim) + " needs " +
+                           std::to_string(palu_smem_bytes(l.max_width, p.head_dim)) +
+                           " bytes of shared memory (basis + tiles), more than the device allows a block (" +
+                           std::to_string(smem_optin_limit()) + ")");
     if (l.n_pages > INT_MAX || p.nnz_pages > INT_MAX || p.n_tasks > INT_MAX ||
         p.batch * l.n_kv_heads >= INT_MAX || p.batch * p.n_q_heads * p.head_dim > INT_MAX)
         return support::no("page pool, page table, schedule and q must fit in 32-bit counts");

@@ -328,9 +328,13 @@ __global__ void __launch_bounds__(kRaggedThreads, 2) attn_decode_palu_mma_kernel
 
 bool palu_mma_handles(const attn_decode_palu_params & p) {
     const ragged_layout & l = p.kv;
-    return ragged_mma_requested() && (p.head_dim == 64 || p.head_dim == 128) && l.bits == 16 &&
-           l.max_width >= 1 && l.max_width <= kMaxWidth && p.rot_dim >= 0 && p.rot_dim <= p.head_dim &&
-           p.rot_dim % 2 == 0 && (p.style != rope_style::neox || p.rot_dim % 32 == 0);
+    if (!(ragged_mma_requested() && (p.head_dim == 64 || p.head_dim == 128) && l.bits == 16 && l.max_width >= 1 &&
+          l.max_width <= kMaxWidth && p.rot_dim >= 0 && p.rot_dim <= p.head_dim && p.rot_dim % 2 == 0 &&
+          (p.style != rope_style::neox || p.rot_dim % 32 == 0)))
+        return false;
+    // ~101 KiB at head_dim 128: more than sm_86 / sm_89 allow a block (99 KiB); the CUDA-core kernel
+    // runs there.
+    return palu_smem(int(p.head_dim), int((l.max_width + 15) / 16)).total <= size_t(smem_optin_limit());
 }
 
 namespace {

@@ -732,14 +732,6 @@ const void * pick(int head_dim, bool cscale, int v_group) {
     });
 }
 
-// The largest dynamic shared memory a block of the current device may opt in to.
-int smem_optin_limit() {
-    int dev = 0, v = 0;
-    KVCOMP_CUDA_CHECK(cudaGetDevice(&dev));
-    KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return v;
-}
-
 
 }  // namespace
 

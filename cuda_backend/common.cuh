@@ -124,6 +124,16 @@ inline void allow_dynamic_smem(const void * kernel, size_t smem) {
         KVCOMP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
 }
 
+// The largest dynamic shared memory a block of the current device may opt in to (227 KiB on
+// sm_90, 163 KiB on sm_80, 99 KiB on sm_86 / sm_89): kernels that need more than a fixed amount
+// check it before they take an op.
+inline int smem_optin_limit() {
+    int dev = 0, v = 0;
+    KVCOMP_CUDA_CHECK(cudaGetDevice(&dev));
+    KVCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+}
+
 // ---- bulk copies completing on an mbarrier (sm_90+) ----------------------------------------
 // One instruction copies a contiguous global range into shared memory (the copy engine, not the
 // lanes, moves it); the mbarrier's phase completes when every expected byte has landed. Callers
