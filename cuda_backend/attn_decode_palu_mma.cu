@@ -74,8 +74,8 @@ __host__ __device__ constexpr int table_stride(int half, bool neox) {
 
 // Shared memory, in this order: the warps' rings | B_c fragments [HD / 16][nk][32 lanes]
 // uint4 (nk: the task's latent steps; room for nk_max) | q fragments [HD / 16][32 lanes] uint2 |
-// angle table [16][table_stride] f32 | per-warp angle slots [warps][HD / 2] float2. (inv_freq is
-// read from global memory: 256 bytes more and two blocks of the large stage would not fit an SM.)
+// angle table [16][table_stride] f32 | per-warp angle slots [warps][HD / 2] float2. inv_freq is read
+// from global memory (two cached loads per lane and step).
 struct palu_smem {
     size_t basis = 0, qf = 0, table = 0, slots = 0, total = 0;
     __host__ __device__ constexpr palu_smem(int hd, int mk) {
@@ -86,6 +86,8 @@ struct palu_smem {
         total = slots + size_t(kRaggedWarps) * (hd / 2) * 8;
     }
 };
+static_assert(palu_smem(128, kMaxWidth / 16).total <= 113 * 1024,
+              "two blocks per SM on sm_90 (228 KiB, 1 KiB reserved per block)");
 static_assert(warp_merge_floats<kRaggedWarps, QH, kMaxWidth>() * sizeof(float) <=
                   size_t(kRaggedWarps) * kRaggedMmaStages * kStage,
               "the warps' merge area must fit in the rings it reuses");
