@@ -34,7 +34,8 @@
 //   The q fragments live in shared memory (the neox pairing picks blocks at run time, and a
 //   register array indexed at run time would go to local memory).
 // Per 16 tokens and KV head: (k_width / 16) * (head_dim / 8) mma for the keys, head_dim / 8 for
-// the scores, v_width / 16 for the values; the rotation is ~8 FMA per element pair on the CUDA cores.
+// the scores, v_width / 16 for the values; on the CUDA cores the rotation's angle sums are 4 fp32
+// operations per element pair, then 4 fp32 (interleaved) or 2 f16x2 per two pairs (neox).
 //
 // Invalid inputs a kernel cannot refuse: as attn_decode_ragged_mma (ragged_stream.cuh).
 #include <algorithm>

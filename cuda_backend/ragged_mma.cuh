@@ -8,7 +8,6 @@
 
 #include "decode_common.cuh"
 #include "decode_mma.cuh"
-#include "dependent_launch.cuh"
 #include "ragged_stream.cuh"
 
 namespace kvcomp::cuda {

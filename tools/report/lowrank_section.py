@@ -47,7 +47,8 @@ from schedule_section import mean_cell, schedule_section
 
 SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv",
-           "bench_e2e_palu_auto_h200.csv", "bench_e2e_palu_workers_h200.csv", "bench_e2e_palu_half2_h200.csv", "eval_lowrank_q4_cuda.csv",
+           "bench_e2e_palu_auto_h200.csv", "bench_e2e_palu_workers_h200.csv", "bench_e2e_palu_half2_h200.csv",
+           "eval_lowrank_q4_cuda.csv",
            "eval_lowrank_quant.csv", "eval_lowrank_quant_ocl_h200.csv",
            "eval_lowrank_quant_cause.csv", "eval_rotated_quant.csv",
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
@@ -391,7 +392,8 @@ def _e2e(rows, intro):
     for (m, p, be, b, ctx), ms in pts.items():
         q, n = pts.get(("palu", p, be, b, ctx)), pts.get(("none", None, be, b, ctx))
         if m == "fdc" and q and "tbt_ms" in ms and "tbt_ms" in q:
-            pairs.append(f"{be} p {p}, batch {b} × {ctx}: {float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value']):.3f}×")
+            ratio = float(q['tbt_ms']['value']) / float(ms['tbt_ms']['value'])
+            pairs.append(f"{be} p {p}, batch {b} × {ctx}: {ratio:.3f}×")
         if m == "fdc" and n and "ttft_ms" in ms and "ttft_ms" in n:
             ttft.append(f"{be} p {p}, batch {b} × {ctx}: {float(ms['ttft_ms']['value']) / float(n['ttft_ms']['value']):.3f}")
     if pairs:
@@ -455,11 +457,23 @@ def _e2e_palu_auto_intro(prov, workers_rows):
             "cores, all three methods in one visit."]
 
 
-def _e2e_palu_half2_intro(prov):
+def _palu_target_verdict(rows):
+    """Whether Palu's TBT is >= 1.5 x FDC's at every 32K point of a run (the issue's target), from its rows."""
+    pts = bench_points(rows, _point_of)
+    ratios = [float(q["tbt_ms"]["value"]) / float(f["tbt_ms"]["value"])
+              for (m, p, be, b, ctx), f in pts.items() if m == "fdc" and int(ctx) == 32768 and "tbt_ms" in f
+              for q in [pts.get(("palu", p, be, b, ctx))] if q and "tbt_ms" in q]
+    if not ratios:
+        return ""
+    met = "met" if min(ratios) >= 1.5 else "not met"
+    return f" The issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is {met} against this Palu."
+
+
+def _e2e_palu_half2_intro(prov, rows):
     return ["### End to end with the final Palu decode (kvcomp bench, H200)", "",
             f"The same grid on {prov} (`.carry/visit86.sh` in `docs/data/gpu_visits_2026-11-27.log`, visit 86): Palu's",
             "neox rotation in f16x2 (\"The Palu tensor-core decode with its neox rotation in f16x2\" above), all three",
-            "methods in one visit. The issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is not met against this Palu."]
+            "methods in one visit." + _palu_target_verdict(rows)]
 
 
 def _combination_point(r):
@@ -624,7 +638,11 @@ def lowrank_section(data_dir, results):
     kernels += palu_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_palu_final_h200.csv")),
                         "on CUDA the tensor-core kernel attn_decode_palu_mma; bench_ops --cold, one pass")
-    body = _accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda) + _lowrank_quant_accuracy(lq) + kernels + _e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro) + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers)) + _e2e(be_palu_half2, _e2e_palu_half2_intro) + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels)
+    e2e = (_e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro)
+           + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers))
+           + _e2e(be_palu_half2, lambda prov: _e2e_palu_half2_intro(prov, be_palu_half2)))
+    body = (_accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
+            + _lowrank_quant_accuracy(lq) + kernels + e2e + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels))
     if not body:
         return []
     return ["## Low-rank KV: ZACK, FDC and Palu", ""] + body

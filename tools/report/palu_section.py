@@ -40,8 +40,8 @@ _TABLES = [
      "The same sweep ({date}, `docs/data/{file}`, two passes; visit 83): `c36d8df` against `6b4c13a`, whose "
      "rebuild is compiled for each head's exact number of 16-dim latent steps (a bounded loop made every skipped "
      "step a predicated mma behind a WARPSYNC). 1.02-1.12× at batch 16 (332 M → 275 M instructions at 16 × 32K "
-     "p50), but 0.83× (p50) and 0.91× (p70) at 1 × 4K, where a step takes 32-43 µs, and 0.97× at 1 × 128K p70. Kept "
-     "for batch 16. At 16 × 32K "
+     "p50), but 0.83× (p50) and 0.91× (p70) at 1 × 4K, where a step takes 32-43 µs, and 0.97× at 1 × 128K "
+     "p70. Kept for batch 16. At 16 × 32K "
      "p50 Palu now takes 0.79 ms, 2.6× the FDC (balanced f16) decode of visit 81 (0.30 ms): 0.32 of the copy "
      "bandwidth for bytes equal to FDC's, at 2 warps per scheduler and 0.42 instructions issued per cycle."),
     ("bench_ops_palu_half2_h200.csv",
