@@ -56,6 +56,11 @@ int run_bench(int argc, char ** argv) {
         "max-kv-gib", po::value<double>()->default_value(40.0),
         "skip grid points whose uncompressed (fp16) KV cache would exceed this many GiB (a compressing "
         "method holds less)")(
+        "prefill-tokens", po::value<long>()->default_value(0),
+        "most prompt tokens prefilled in one step; 0 (default): all of a point's prompts at once. Lower it "
+        "when a point's prefill activations (which grow with the tokens of one step) do not fit the device "
+        "next to its KV cache: the prompts are then prefilled a few at a time, and TBT is still taken from "
+        "the last request, whose gaps are steps of the full batch but the last one or two")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "warmup", po::value<long>()->default_value(1),
         "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(
@@ -79,6 +84,8 @@ int run_bench(int argc, char ** argv) {
         const long gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(gen >= 2, "--gen must be >= 2 to measure time between tokens");
         const long warmup = vm["warmup"].as<long>();
+        const long prefill_cap = vm["prefill-tokens"].as<long>();
+        KVCOMP_CHECK_ARG(prefill_cap >= 0, "--prefill-tokens must be >= 0, got ", prefill_cap);
         KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
         const double kv_token_bytes = double(mc.num_hidden_layers * mc.kv_dim()) * 2 * 2;  // fp16 K and V
@@ -106,11 +113,19 @@ int run_bench(int argc, char ** argv) {
         cfg.kv_pages = pages;
         // Every request of a point is prefilled in one step, so decode runs at the full batch from
         // its first step (as transformers does); otherwise early requests would finish while later
-        // ones are still being admitted and the measured gaps would be at a smaller batch.
+        // ones are still being admitted and the measured gaps would be at a smaller batch. Under
+        // --prefill-tokens the prompts go in groups, each followed by a decode step of those admitted;
+        // the last group's gaps are then all at the full batch but the last one or two.
         int64_t most_tokens = 0;
         for (const point & pt : grid) most_tokens = std::max(most_tokens, pt.batch * pt.prompt);
-        cfg.max_prefill_tokens = std::max<int64_t>(cfg.max_prefill_tokens, most_tokens);
-
+        if (prefill_cap > 0) {
+            for (const point & pt : grid)
+                KVCOMP_CHECK_ARG(pt.prompt <= prefill_cap, "--prefill-tokens ", prefill_cap,
+                                 " is shorter than the prompts of ", pt.prompt, " tokens");
+            cfg.max_prefill_tokens = std::min<int64_t>(most_tokens, prefill_cap);
+        } else {
+            cfg.max_prefill_tokens = std::max<int64_t>(cfg.max_prefill_tokens, most_tokens);
+        }
         engine::engine eng(cfg);
         backend & be = eng.device();
         const double copy_gbps = copy_bandwidth_gbps(be, size_t(vm["copy-mib"].as<long>()) << 20);
