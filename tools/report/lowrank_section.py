@@ -13,6 +13,9 @@
   bench_e2e_palu_workers_h200.csv  palu at 32K with one worker per SM and workers=2 (visit 84)
   bench_e2e_palu_auto_h200.csv  none, fdc and palu after Palu's workers=auto asked the backend (visit 85)
   bench_e2e_palu_half2_h200.csv  the same after Palu's neox rotation moved to f16x2 (visit 86)
+  bench_e2e_batch16_h200.csv  none, zack / fdc / palu at p 0.5 and 0.7, kivi and zipcache at batches 1 and 16 x 4K /
+                              32K and 1 x 128K (visit 89; the quantizers' rows are make_results' table)
+  bench_e2e_batch16_ocl_h200.csv  none, fdc and palu at batch 1 on NVIDIA's OpenCL driver (visit 89)
   bench_ops_palu_final_h200.csv  every low-rank decode and fp16 in one --cold run of the final binary (visit 84)
   bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
                               (palu_section.py)
@@ -54,7 +57,8 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "bench_e2e_combination_h200.csv", "bench_e2e_combination_ranks_h200.csv",
            "eval_lowrank_quant_cuda_h200.csv", "bench_e2e_combination_ranks_mma_h200.csv",
            "bench_e2e_combination_ranks_simt_h200.csv",
-           "bench_e2e_ragged_kernels_h100.csv")  # kept out of the generic sections
+           "bench_e2e_ragged_kernels_h100.csv", "bench_e2e_batch16_h200.csv",
+           "bench_e2e_batch16_ocl_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -476,6 +480,55 @@ def _e2e_palu_half2_intro(prov, rows):
             "methods in one visit." + _palu_target_verdict(rows)]
 
 
+def _palu_over_fdc_32k(rows):
+    """('p P: R×', R) for every 32K point with fdc and palu rows, grouped into (batch 16 or more, smaller)."""
+    pts = bench_points(rows, _point_of)
+    big, small = [], []
+    for (m, p, be, b, ctx), f in sorted(pts.items(), key=lambda kv: str(kv[0])):
+        q = pts.get(("palu", p, be, b, ctx))
+        if m == "fdc" and int(ctx) == 32768 and q and "tbt_ms" in f and "tbt_ms" in q:
+            ratio = float(q["tbt_ms"]["value"]) / float(f["tbt_ms"]["value"])
+            (big if int(b) >= 16 else small).append((f"p {p}: {ratio:.3f}×", ratio))
+    return big, small
+
+
+def _e2e_batch16_intro(prov, rows):
+    big, small = _palu_over_fdc_32k(rows)
+
+    def listed(pairs):
+        return "; ".join(t for t, _ in pairs)
+    weights = [float(r["value"]) for r in rows if r["method"] == "fdc" and r["metric"] == "weight_bytes"]
+    kv = [float(r["value"]) for r in rows if r["method"] == "fdc" and r["metric"] == "kv_bytes_batch"
+          and r["batch"] == "1" and r["context"] == "32768"]
+    why = (f", where a step reads {weights[0] / 2**30:.1f} GiB of weights and {kv[0] / 2**30:.1f} GiB of FDC's cache at "
+           "p 0.5" if weights and kv else "")
+    met = "met" if all(r >= 1.5 for _, r in big) else "not met"
+    met_small = "met" if all(r >= 1.5 for _, r in small) else "not"
+    target = (f" Against the tensor-core Palu, the issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is {met} at batch 16 "
+              f"({listed(big)}) and {met_small} at batch 1 ({listed(small)}{why})."
+              if big and small else "")
+    return ["### End to end at batch 16 × 32K (kvcomp bench, H200)", "",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (`.carry/visit89.sh` parts a and b in",
+            "`docs/data/gpu_visits_2026-11-27.log`, visit 89): zack, fdc and palu calibrated on the random-weight model",
+            "(8192 random token ids, p = 0.5; ranks re-chosen at load for 0.7), 16 generated tokens, none in the same",
+            "visit; batches 1 and 16 at 4K and 32K, and 1 × 128K at p = 0.5. The grids above stopped at 8 × 32K: a",
+            "point's prompts were prefilled in one step, and those activations did not fit next to the 64 GiB fp16",
+            "cache of 16 × 32K. Here `--prefill-tokens 131072` prefills them four prompts at a time (a 16 × 32K TTFT",
+            "covers four prefill steps and three decode steps between them) and `--max-kv-gib 70` admits the point."
+            + target]
+
+
+def _e2e_batch16_ocl_intro(prov, rows):
+    ttft = [float(r["value"]) / 1e3 for r in rows
+            if r["method"] == "none" and r["metric"] == "ttft_ms" and r["context"] == "32768"]
+    slow = f" (none's TTFT at 1 × 32K: {ttft[0]:.0f} s)" if ttft else ""
+    return ["### FDC and Palu on NVIDIA's OpenCL driver (kvcomp bench, H200)", "",
+            f"The same calibrations (made on CUDA) on {prov} (`.carry/visit89.sh` part d, visit 89): batch 1 at 4K",
+            f"and 32K only, as this backend's prefill is slow{slow}. Palu's OpenCL decode is",
+            "`cl_kernels/attn_decode_palu.cl`, a CUDA-core kernel; the tensor-core rebuild is CUDA's only. The",
+            "ratio below is therefore that kernel's cost more than the method's."]
+
+
 def _combination_point(r):
     """The bench table's parameter of a row of the combination's end-to-end run."""
     o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
@@ -602,6 +655,9 @@ def _e2e_before_after(rows):
     return out + [""]
 
 
+_LOWRANK_AND_NONE = ("none", "zack", "fdc", "palu")
+
+
 def lowrank_section(data_dir, results):
     ev = [r for r in results if r["source"] == "eval_lowrank_methods.csv"]
     be = [r for r in results if r["source"] == "bench_lowrank.csv"]
@@ -610,6 +666,8 @@ def lowrank_section(data_dir, results):
     be_palu_auto = [r for r in results if r["source"] == "bench_e2e_palu_auto_h200.csv"]
     palu_workers = [r for r in results if r["source"] == "bench_e2e_palu_workers_h200.csv"]
     be_palu_half2 = [r for r in results if r["source"] == "bench_e2e_palu_half2_h200.csv"]
+    b16 = [r for r in results if r["source"] == "bench_e2e_batch16_h200.csv" and r["method"] in _LOWRANK_AND_NONE]
+    b16_ocl = [r for r in results if r["source"] == "bench_e2e_batch16_ocl_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -640,7 +698,9 @@ def lowrank_section(data_dir, results):
                         "on CUDA the tensor-core kernel attn_decode_palu_mma; bench_ops --cold, one pass")
     e2e = (_e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro)
            + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers))
-           + _e2e(be_palu_half2, lambda prov: _e2e_palu_half2_intro(prov, be_palu_half2)))
+           + _e2e(be_palu_half2, lambda prov: _e2e_palu_half2_intro(prov, be_palu_half2))
+           + _e2e(b16, lambda prov: _e2e_batch16_intro(prov, b16))
+           + _e2e(b16_ocl, lambda prov: _e2e_batch16_ocl_intro(prov, b16_ocl)))
     body = (_accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
             + _lowrank_quant_accuracy(lq) + kernels + e2e + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels))
     if not body:

@@ -105,6 +105,8 @@ quant_e2e = [r for r in results if r["source"] == "bench_quant_ttft.csv"]
 quant_e2e_h200 = [r for r in results if r["source"] == "bench_quant_ttft_h200.csv"]
 quant_e2e_h100 = [r for r in results if r["source"] == "bench_quant_e2e_h100.csv"]
 quant_e2e_ocl = [r for r in results if r["source"] == "bench_quant_ttft_ocl_h200.csv"]
+quant_e2e_b16 = [r for r in all_results if r["source"] == "bench_e2e_batch16_h200.csv"
+                 and r["method"] in ("none", "kivi", "zipcache")]
 
 
 def kv_cell(r):
@@ -392,6 +394,11 @@ out += quant_ttft_section(quant_e2e_h100, "### Quantized caches end to end with 
 out += quant_ttft_section(quant_e2e_ocl, "### What saliency adds to the prefill on NVIDIA's OpenCL driver (kvcomp bench, H200)",
                           "On NVIDIA's OpenCL driver, none / zipcache / zipcache ratio=0 only, batches 1 and 4 × 4096 "
                           "(`docs/data/gpu_visits_2026-11-27.log`, visits 63 / 63b; binaries of `f2dc79d`):")
+out += quant_ttft_section(quant_e2e_b16, "### Quantized caches end to end at batch 16 × 32K (kvcomp bench, H200)",
+                          "Batches 1 and 16 at 4K and 32K and 1 × 128K (`.carry/visit89.sh` part c in "
+                          "`docs/data/gpu_visits_2026-11-27.log`, visit 89; 16 × 32K prefilled four prompts at a time "
+                          "with `--prefill-tokens 131072`, its 64 GiB fp16 cache admitted by `--max-kv-gib 70`; "
+                          "zipcache ratio=0 at 4K and 32K only):")
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",
