@@ -12,46 +12,29 @@ constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kGroupSize = 64;
 constexpr int64_t kMaxGroup = 16;
 constexpr size_t kLocalBudget = 32 * 1024;  // leaves room for more than one work-group per unit
-constexpr int64_t kMinBasisRows = 16;       // fewer basis rows per reload and the barriers dominate
+constexpr int kTileQuantum = 8;             // the key build's blocks are 8 tokens
 
 struct palu_config {
     int nt = kGroupSize, tt = kGroupSize;  // work-group size, tile tokens
     int64_t mw = 0;
-    int64_t rb = 1;  // rows of the basis held in local memory (all of it when rb >= mw)
 };
 
 // Mirrors the local arrays of kvc_attn_decode_palu.
-size_t local_bytes_needed(const palu_config & c, int64_t g, int64_t hd) {
+size_t local_bytes_needed(const palu_config & c, int64_t g, int64_t hd, int64_t rot) {
     const size_t tt = size_t(c.tt), gs = size_t(g), d = size_t(hd);
-    return sizeof(float) * (gs * d + tt * d + 2 * tt * gs) + sizeof(cl_ushort) * tt * size_t(c.mw) +
-           sizeof(cl_ulong) * 2 * tt + sizeof(float) * size_t(c.rb) * d;
+    return sizeof(float) * (gs * d + tt * d + 2 * tt * gs + size_t(rot)) + sizeof(cl_ushort) * tt * size_t(c.mw) +
+           sizeof(cl_ulong) * 2 * tt;
 }
 
+// The largest tile (a power of two from the work-group size down to kTileQuantum) whose arrays fit.
 palu_config choose_config(const cl_backend & be, const attn_decode_palu_params & p) {
     palu_config c;
     c.nt = int(be.reduction_wg(kGroupSize));
     c.mw = p.kv.max_width;
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     const size_t budget = std::min<size_t>(kLocalBudget, size_t(be.dev().local_mem_bytes));
-    // Largest tile whose arrays leave room for the whole basis, else for at least kMinBasisRows
-    // rows of it (then reloaded per tile), else the largest tile that fits at all (rb = 1).
-    const auto fit = [&](int64_t want_rows, int min_tt) {
-        for (c.tt = c.nt; c.tt >= min_tt; c.tt /= 2) {
-            c.rb = 0;
-            const size_t base = local_bytes_needed(c, g, p.head_dim);
-            const size_t row = sizeof(float) * size_t(p.head_dim);
-            const int64_t rows = base < budget ? int64_t((budget - base) / row) : 0;
-            if (rows >= want_rows) {
-                c.rb = std::min<int64_t>(rows, c.mw);
-                return true;
-            }
-        }
-        return false;
-    };
-    if (!fit(c.mw, 16) && !fit(std::min<int64_t>(kMinBasisRows, c.mw), 16) && !fit(1, 1)) {
-        c.tt = 1;  // nothing fits the budget; supports() compares with the device's limit
-        c.rb = 1;
-    }
+    c.tt = std::max(c.nt, kTileQuantum);
+    while (c.tt > kTileQuantum && local_bytes_needed(c, g, p.head_dim, p.rot_dim) > budget) c.tt /= 2;
     return c;
 }
 
@@ -61,7 +44,8 @@ support supports_attn_decode_palu(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     if (g > kMaxGroup) return support::no("GQA group above " + std::to_string(kMaxGroup) + " query heads");
-    if (local_bytes_needed(choose_config(be, p), g, p.head_dim) > be.dev().local_mem_bytes)
+    if (p.head_dim % 4 != 0) return support::no("head_dim must be a multiple of 4");
+    if (local_bytes_needed(choose_config(be, p), g, p.head_dim, p.rot_dim) > be.dev().local_mem_bytes)
         return support::no("not enough local memory for head_dim " + std::to_string(p.head_dim));
     if (p.kv.n_pages * p.kv.page_size > 0x7fffffff || p.max_seq_len > 0x7fffffff || p.n_tasks > 0x7fffffff)
         return support::no("sizes must fit in 32-bit ints");
@@ -80,8 +64,7 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
         .add("HD", p.head_dim)
         .add("ROT", p.rot_dim)
         .add("STYLE", int(p.style))
-        .add("PAGE_SIZE", p.kv.page_size)
-        .add("RB", c.rb);
+        .add("PAGE_SIZE", p.kv.page_size);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
