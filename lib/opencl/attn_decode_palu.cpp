@@ -9,7 +9,10 @@ namespace kvcomp::cl {
 namespace {
 
 constexpr float kLog2e = 1.44269504088896340736f;
-constexpr int kGroupSize = 64;
+// 128 work-items: at head_dim 128, G = 4 and 32-token tiles, one key block (8 tokens x 4 dims), one
+// (token, head) score and one value lane each. On an H200 through NVIDIA's driver that was 1.8-2.1x
+// faster than 64 work-items at Llama-3-8B shapes (docs/data/bench_ops_ocl_palu_blocked_h200.csv).
+constexpr int kGroupSize = 128;
 constexpr int64_t kMaxGroup = 16;
 constexpr size_t kLocalBudget = 32 * 1024;  // leaves room for more than one work-group per unit
 constexpr int kTileQuantum = 8;             // the key build's blocks are 8 tokens
