@@ -183,9 +183,7 @@ void kvc_attn_decode_palu(global const float * q, ulong q_off, global const usho
             lsum[g] *= alpha;
             for (int v = 0; v < VPT; ++v) acc[g][v] *= alpha;
         }
-        // by token, the heads unrolled: mn[e % G] would put mn in private memory
-        for (int t = tid; t < tn; t += NT)
-            for (int g = 0; g < G; ++g) p_l[t * G + g] = exp2(s_l[t * G + g] - mn[g]);
+        for (int e = tid; e < tn * G; e += NT) p_l[e] = exp2(s_l[e] - mn[e % G]);
         barrier(CLK_LOCAL_MEM_FENCE);
         // 3. values
         for (int j = 0; j < tn; ++j) {

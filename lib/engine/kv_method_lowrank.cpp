@@ -337,8 +337,8 @@ class lowrank_method : public kv_method {
     // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200; on OpenCL
     // GPUs 8 x the compute units, on CPU devices one per compute unit). Palu's layers ask for
     // attn_decode_palu: the backend knows which of its kernels runs (CUDA: the tensor-core kernel's
-    // resident blocks, one per SM for its CUDA-core kernel; the other backends: one per compute unit,
-    // as their Palu kernels are compute-bound).
+    // resident blocks, one per SM for its CUDA-core kernel; OpenCL: as for its ragged decode; CPU: one
+    // per compute unit).
     int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
         if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
         if (rebuilds_keys(L)) {
