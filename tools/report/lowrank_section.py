@@ -16,6 +16,8 @@
   bench_e2e_batch16_h200.csv  none, zack / fdc / palu at p 0.5 and 0.7, kivi and zipcache at batches 1 and 16 x 4K /
                               32K and 1 x 128K (visit 89; the quantizers' rows are make_results' table)
   bench_e2e_batch16_ocl_h200.csv  none, fdc and palu at batch 1 on NVIDIA's OpenCL driver (visit 89)
+  bench_e2e_ocl_palu_{blocked,final}_h200.csv  the same after the OpenCL Palu decode's rework (visits 91 and 92;
+                              its kernel tables: ocl_palu_section.py)
   bench_ops_palu_final_h200.csv  every low-rank decode and fp16 in one --cold run of the final binary (visit 84)
   bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
                               (palu_section.py)
@@ -45,6 +47,7 @@ import re
 
 from bench_table import bench_points, bench_vs_none
 from results_data import commits_in_order, provenance, read_dicts
+from ocl_palu_section import ocl_palu_section
 from palu_section import palu_section
 from schedule_section import mean_cell, schedule_section
 
@@ -58,7 +61,8 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "eval_lowrank_quant_cuda_h200.csv", "bench_e2e_combination_ranks_mma_h200.csv",
            "bench_e2e_combination_ranks_simt_h200.csv",
            "bench_e2e_ragged_kernels_h100.csv", "bench_e2e_batch16_h200.csv",
-           "bench_e2e_batch16_ocl_h200.csv")  # kept out of the generic sections
+           "bench_e2e_batch16_ocl_h200.csv", "bench_e2e_ocl_palu_blocked_h200.csv",
+           "bench_e2e_ocl_palu_final_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -525,8 +529,23 @@ def _e2e_batch16_ocl_intro(prov, rows):
     return ["### FDC and Palu on NVIDIA's OpenCL driver (kvcomp bench, H200)", "",
             f"The same calibrations (made on CUDA) on {prov} (`.carry/visit89.sh` part d, visit 89): batch 1 at 4K",
             f"and 32K only, as this backend's prefill is slow{slow}. Palu's OpenCL decode is",
-            "`cl_kernels/attn_decode_palu.cl`, a CUDA-core kernel; the tensor-core rebuild is CUDA's only. The",
-            "ratio below is therefore that kernel's cost more than the method's."]
+            "`cl_kernels/attn_decode_palu.cl`, a CUDA-core kernel (here the version before its rework in visits 90-92,",
+            "below); the tensor-core rebuild is CUDA's only. The ratio is therefore that kernel's cost more than the",
+            "method's."]
+
+
+def _e2e_ocl_blocked_intro(prov):
+    return ["### FDC and Palu on NVIDIA's OpenCL driver after the Palu decode's rework (kvcomp bench, H200)", "",
+            f"The same grid on {prov} (`.carry/visit91.sh`, visit 91; fresh calibrations on CUDA): `b217780`, whose",
+            "Palu decode builds keys in register blocks at 128 work-items (\"The OpenCL Palu decode: keys built in",
+            "register blocks\" above), its schedule still cut for one per compute unit."]
+
+
+def _e2e_ocl_final_intro(prov):
+    return ["### FDC and Palu on NVIDIA's OpenCL driver, final (kvcomp bench, H200)", "",
+            f"The same grid on {prov} (`.carry/visit92.sh`, visit 92): `a01b393`, Palu's schedule cut for 8 × the",
+            "compute units (\"The final OpenCL Palu decode\" above). The Palu kernel is still CUDA-core-style, and",
+            "the target (≥ 1.5) is about the method: this ratio still measures that kernel against FDC's."]
 
 
 def _combination_point(r):
@@ -668,6 +687,8 @@ def lowrank_section(data_dir, results):
     be_palu_half2 = [r for r in results if r["source"] == "bench_e2e_palu_half2_h200.csv"]
     b16 = [r for r in results if r["source"] == "bench_e2e_batch16_h200.csv" and r["method"] in _LOWRANK_AND_NONE]
     b16_ocl = [r for r in results if r["source"] == "bench_e2e_batch16_ocl_h200.csv"]
+    ocl_blocked = [r for r in results if r["source"] == "bench_e2e_ocl_palu_blocked_h200.csv"]
+    ocl_final = [r for r in results if r["source"] == "bench_e2e_ocl_palu_final_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -694,13 +715,15 @@ def lowrank_section(data_dir, results):
     kernels += schedule_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_lowrank_ocl_h200.csv")))
     kernels += palu_section(data_dir)
+    kernels += ocl_palu_section(data_dir)
     kernels += _kernels(read_dicts(os.path.join(data_dir, "bench_ops_palu_final_h200.csv")),
                         "on CUDA the tensor-core kernel attn_decode_palu_mma; bench_ops --cold, one pass")
     e2e = (_e2e(be, _e2e_h100_intro) + _e2e(be_h200, _e2e_h200_intro) + _e2e(be_palu, _e2e_palu_intro)
            + _e2e(be_palu_auto, lambda prov: _e2e_palu_auto_intro(prov, palu_workers))
            + _e2e(be_palu_half2, lambda prov: _e2e_palu_half2_intro(prov, be_palu_half2))
            + _e2e(b16, lambda prov: _e2e_batch16_intro(prov, b16))
-           + _e2e(b16_ocl, lambda prov: _e2e_batch16_ocl_intro(prov, b16_ocl)))
+           + _e2e(b16_ocl, lambda prov: _e2e_batch16_ocl_intro(prov, b16_ocl))
+           + _e2e(ocl_blocked, _e2e_ocl_blocked_intro) + _e2e(ocl_final, _e2e_ocl_final_intro))
     body = (_accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
             + _lowrank_quant_accuracy(lq) + kernels + e2e + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels))
     if not body:
