@@ -60,7 +60,8 @@ int run_bench(int argc, char ** argv) {
         "most prompt tokens prefilled in one step; 0 (default): all of a point's prompts at once. Lower it "
         "when a point's prefill activations (which grow with the tokens of one step) do not fit the device "
         "next to its KV cache: the prompts are then prefilled a few at a time, and TBT is still taken from "
-        "the last request, whose gaps are steps of the full batch but the last one or two")(
+        "the last request, whose gaps are steps of the full batch but its last few (one per group after the first; "
+        "the median is unaffected while --gen is at least twice the number of groups)")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "warmup", po::value<long>()->default_value(1),
         "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(
@@ -115,7 +116,8 @@ int run_bench(int argc, char ** argv) {
         // its first step (as transformers does); otherwise early requests would finish while later
         // ones are still being admitted and the measured gaps would be at a smaller batch. Under
         // --prefill-tokens the prompts go in groups, each followed by a decode step of those admitted;
-        // the last group's gaps are then all at the full batch but the last one or two.
+        // the last group's gaps are then at the full batch but its last few: the first group finishes
+        // (groups - 1) steps earlier, and the batch shrinks group by group.
         int64_t most_tokens = 0;
         for (const point & pt : grid) most_tokens = std::max(most_tokens, pt.batch * pt.prompt);
         if (prefill_cap > 0) {
