@@ -18,6 +18,7 @@
   bench_e2e_batch16_ocl_h200.csv  none, fdc and palu at batch 1 on NVIDIA's OpenCL driver (visit 89)
   bench_e2e_ocl_palu_{blocked,final}_h200.csv  the same after the OpenCL Palu decode's rework (visits 91 and 92;
                               its kernel tables: ocl_palu_section.py)
+  bench_e2e_ocl_batch16_h200.csv  none, zack, fdc and palu at p 0.5 on NVIDIA's OpenCL, batches 1 and 16 x 4K (visit 93)
   bench_ops_palu_final_h200.csv  every low-rank decode and fp16 in one --cold run of the final binary (visit 84)
   bench_ops_palu_mma*_h200.csv  Palu's tensor-core decode against the CUDA-core kernel and its own versions
                               (palu_section.py)
@@ -62,7 +63,7 @@ SOURCES = ("eval_lowrank_methods.csv", "bench_lowrank.csv", "ratesearch_default_
            "bench_e2e_combination_ranks_simt_h200.csv",
            "bench_e2e_ragged_kernels_h100.csv", "bench_e2e_batch16_h200.csv",
            "bench_e2e_batch16_ocl_h200.csv", "bench_e2e_ocl_palu_blocked_h200.csv",
-           "bench_e2e_ocl_palu_final_h200.csv")  # kept out of the generic sections
+           "bench_e2e_ocl_palu_final_h200.csv", "bench_e2e_ocl_batch16_h200.csv")  # kept out of the generic sections
 LOWRANK = ("zack", "fdc", "palu")
 
 
@@ -548,6 +549,18 @@ def _e2e_ocl_final_intro(prov):
             "the target (≥ 1.5) is about the method: this ratio still measures that kernel against FDC's."]
 
 
+def _e2e_ocl_batch16_intro(prov, rows):
+    tbt = {(r["method"], r["batch"]): float(r["value"]) for r in rows if r["metric"] == "tbt_ms"}
+    step = (f" none's step takes {tbt[('none', '16')]:.1f} ms at batch 16 against {tbt[('none', '1')]:.1f} at batch 1, "
+            "and FDC's and ZACK's equal it: at batch 16 this backend's step is bound by something other than the "
+            "attention over the cache (not profiled: OpenCL has no per-op profile here)."
+            if ("none", "16") in tbt and ("none", "1") in tbt else "")
+    return ["### ZACK, FDC and Palu on NVIDIA's OpenCL driver at batch 16 (kvcomp bench, H200)", "",
+            f"`.carry/visit93.sh` on {prov} (visit 93): zack, fdc and palu calibrated on CUDA as above, p = 0.5,",
+            "batches 1 and 16 at 4K (16 × 32K would prefill for minutes per method on this backend), none in the",
+            "same visit." + step]
+
+
 def _combination_point(r):
     """The bench table's parameter of a row of the combination's end-to-end run."""
     o = dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
@@ -689,6 +702,7 @@ def lowrank_section(data_dir, results):
     b16_ocl = [r for r in results if r["source"] == "bench_e2e_batch16_ocl_h200.csv"]
     ocl_blocked = [r for r in results if r["source"] == "bench_e2e_ocl_palu_blocked_h200.csv"]
     ocl_final = [r for r in results if r["source"] == "bench_e2e_ocl_palu_final_h200.csv"]
+    ocl_b16 = [r for r in results if r["source"] == "bench_e2e_ocl_batch16_h200.csv"]
     rs = [r for r in results if r["source"] == "ratesearch_default_model.csv"]
     q4 = [r for r in results if r["source"] == "eval_lowrank_q4.csv"]
     combo = [r for r in results if r["source"] == "bench_e2e_combination_h200.csv"]
@@ -723,7 +737,8 @@ def lowrank_section(data_dir, results):
            + _e2e(be_palu_half2, lambda prov: _e2e_palu_half2_intro(prov, be_palu_half2))
            + _e2e(b16, lambda prov: _e2e_batch16_intro(prov, b16))
            + _e2e(b16_ocl, lambda prov: _e2e_batch16_ocl_intro(prov, b16_ocl))
-           + _e2e(ocl_blocked, _e2e_ocl_blocked_intro) + _e2e(ocl_final, _e2e_ocl_final_intro))
+           + _e2e(ocl_blocked, _e2e_ocl_blocked_intro) + _e2e(ocl_final, _e2e_ocl_final_intro)
+           + _e2e(ocl_b16, lambda prov: _e2e_ocl_batch16_intro(prov, ocl_b16)))
     body = (_accuracy(ev) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
             + _lowrank_quant_accuracy(lq) + kernels + e2e + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels))
     if not body:
