@@ -25,8 +25,8 @@ struct palu_config {
 // Mirrors the local arrays of kvc_attn_decode_palu.
 size_t local_bytes_needed(const palu_config & c, int64_t g, int64_t hd, int64_t rot) {
     const size_t tt = size_t(c.tt), gs = size_t(g), d = size_t(hd);
-    return sizeof(float) * (gs * d + tt * d + 2 * tt * gs + size_t(rot)) + sizeof(cl_ushort) * tt * size_t(c.mw) +
-           sizeof(cl_ulong) * 2 * tt;
+    return sizeof(float) * (gs * d + tt * d + 2 * tt * gs + size_t(rot)) +
+           sizeof(cl_ushort) * tt * size_t(c.mw) + sizeof(cl_ulong) * 2 * tt;
 }
 
 // The largest tile (a power of two from the work-group size down to kTileQuantum) whose arrays fit.

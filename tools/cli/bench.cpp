@@ -60,8 +60,8 @@ int run_bench(int argc, char ** argv) {
         "most prompt tokens prefilled in one step; 0 (default): all of a point's prompts at once. Lower it "
         "when a point's prefill activations (which grow with the tokens of one step) do not fit the device "
         "next to its KV cache: the prompts are then prefilled a few at a time, and TBT is still taken from "
-        "the last request, whose gaps are steps of the full batch but its last few (one per group after the first; "
-        "the median is unaffected while --gen is at least twice the number of groups)")(
+        "the last request, whose gaps are steps of the full batch but its last few (one per group after "
+        "the first; the median is unaffected while --gen is at least twice the number of groups)")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "warmup", po::value<long>()->default_value(1),
         "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(

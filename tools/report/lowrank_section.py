@@ -505,21 +505,22 @@ def _e2e_batch16_intro(prov, rows):
     weights = [float(r["value"]) for r in rows if r["method"] == "fdc" and r["metric"] == "weight_bytes"]
     kv = [float(r["value"]) for r in rows if r["method"] == "fdc" and r["metric"] == "kv_bytes_batch"
           and r["batch"] == "1" and r["context"] == "32768"]
-    why = (f", where a step reads {weights[0] / 2**30:.1f} GiB of weights and {kv[0] / 2**30:.1f} GiB of FDC's cache at "
-           "p 0.5" if weights and kv else "")
+    why = (f", where a step reads {weights[0] / 2**30:.1f} GiB of weights and {kv[0] / 2**30:.1f} GiB of "
+           "FDC's cache at p 0.5" if weights and kv else "")
     met = "met" if all(r >= 1.5 for _, r in big) else "not met"
     met_small = "met" if all(r >= 1.5 for _, r in small) else "not"
-    target = (f" Against the tensor-core Palu, the issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is {met} at batch 16 "
-              f"({listed(big)}) and {met_small} at batch 1 ({listed(small)}{why})."
+    target = (f" Against the tensor-core Palu, the issue's target (Palu TBT ≥ 1.5 × FDC's at 32K) is {met} at "
+              f"batch 16 ({listed(big)}) and {met_small} at batch 1 ({listed(small)}{why})."
               if big and small else "")
     return ["### End to end at batch 16 × 32K (kvcomp bench, H200)", "",
             f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (`.carry/visit89.sh` parts a and b in",
-            "`docs/data/gpu_visits_2026-11-27.log`, visit 89): zack, fdc and palu calibrated on the random-weight model",
-            "(8192 random token ids, p = 0.5; ranks re-chosen at load for 0.7), 16 generated tokens, none in the same",
-            "visit; batches 1 and 16 at 4K and 32K, and 1 × 128K at p = 0.5. The grids above stopped at 8 × 32K: a",
-            "point's prompts were prefilled in one step, and those activations did not fit next to the 64 GiB fp16",
-            "cache of 16 × 32K. Here `--prefill-tokens 131072` prefills them four prompts at a time (a 16 × 32K TTFT",
-            "covers four prefill steps and three decode steps between them) and `--max-kv-gib 70` admits the point."
+            "`docs/data/gpu_visits_2026-11-27.log`, visit 89): zack, fdc and palu calibrated on the random-weight",
+            "model (8192 random token ids, p = 0.5; ranks re-chosen at load for 0.7), 16 generated tokens, none in",
+            "the same visit; batches 1 and 16 at 4K and 32K, and 1 × 128K at p = 0.5. The grids above stopped at",
+            "8 × 32K: a point's prompts were prefilled in one step, and those activations did not fit next to the",
+            "64 GiB fp16 cache of 16 × 32K. Here `--prefill-tokens 131072` prefills them four prompts at a time",
+            "(a 16 × 32K TTFT covers four prefill steps and three decode steps between them) and `--max-kv-gib 70`",
+            "admits the point."
             + target]
 
 
