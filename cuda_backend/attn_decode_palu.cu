@@ -208,7 +208,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_palu_kernel(const palu_a
     }
 }
 
-
 }  // namespace
 
 support supports_attn_decode_palu(const op_desc & op) {

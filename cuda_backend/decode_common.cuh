@@ -155,12 +155,6 @@ __device__ __forceinline__ float merge_warp_states(const float * sm, int i, int 
 // Where a decode block writes its result: with one split the final out [rows, D] (and lse [rows]
 // in natural log when lse is not null); else its split's normalized partial part_o [rows,
 // n_splits, D] and log2 lse part_lse [rows, n_splits] for the split merge kernel.
-// Merges the n_splits partials of each of `rows` rows (store_block_result's part_o / part_lse) into
-// out [rows, head_dim] and, where lse_out is given, the natural-log lse per row (decode_merge.cu; as the
-// dependent of the decode kernel enqueued just before, dependent_launch.cuh).
-void launch_split_merge(context & ctx, const float * part_o, const float * part_lse, float * out, float * lse_out,
-                        int64_t rows, int n_splits, int head_dim);
-
 struct decode_dst {
     float * out;
     float * lse;
@@ -168,6 +162,12 @@ struct decode_dst {
     float * part_lse;
     int n_splits, split;
 };
+
+// Merges the n_splits partials of each of `rows` rows (store_block_result's part_o / part_lse) into
+// out [rows, head_dim] and, where lse_out is given, the natural-log lse per row (decode_merge.cu; as
+// the dependent of the decode kernel enqueued just before, dependent_launch.cuh).
+void launch_split_merge(context & ctx, const float * part_o, const float * part_lse, float * out,
+                        float * lse_out, int64_t rows, int n_splits, int head_dim);
 
 // Writes heads i < nh (rows row0 + i) of the NW warp states in sm_o [NW][QP][D], sm_m / sm_l
 // [NW][QP] (log2 units; a warp that saw no token has m = -inf) to dst; a head no warp saw gives

@@ -14,22 +14,22 @@ namespace {
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-// out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2 (when lse_out is
-// given); zeros and -inf when no split saw a token. One block of kMergeThreads per (row, cpb channels): the max and the
-// sum of weights are block reductions over the splits (every block of a row computes them), and
+// out[row] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), lse = (M + log2 sum) * ln 2 (when lse_out
+// is given); zeros and -inf when no split saw a token. One block of kMergeThreads per (row, cpb
+// channels): the max and the sum of weights are block reductions over the splits (every block of a
+// row computes them), and
 // thread (j, d) of the kMergeThreads / cpb groups sums channel d over splits j, j + groups, ... with
 // four independent accumulators, so a thread keeps four partials' loads in flight. cpb is 32 when
 // the rows are fewer than the SMs (batch 1: 32 rows would use 32 SMs), else head_dim (a block per
 // row; at 16 x 4K the 4 blocks per row cost 3 %). One thread per channel walking every split three
 // times, one block per row, took 12-16 us under Nsight Compute at batch 1 with 31-49 splits on an
-// H100, against 42-103 us for the quantized decode itself; 5.5-7.2 us at 32 channels per block. (The fp16
-// decode kept that first kernel until it took this one: 18.7 us at 1 x 32K under Nsight Compute on an
-// H200, docs/RESULTS.md "Where batch 1 goes".)
+// H100, against 42-103 us for the quantized decode itself; 5.5-7.2 us at 32 channels per block. (The
+// fp16 decode kept that first kernel until it took this one: 18.7 us at 1 x 32K under Nsight Compute
+// on an H200, docs/RESULTS.md "Where batch 1 goes".)
 constexpr int kMergeThreads = 256;
 __global__ void __launch_bounds__(kMergeThreads)
     split_merge_kernel(const float * __restrict__ part_o, const float * __restrict__ part_lse,
-                                   float * __restrict__ out, float * __restrict__ lse_out, int n_splits, int head_dim,
-                                   int cpb) {
+                       float * __restrict__ out, float * __restrict__ lse_out, int n_splits, int head_dim, int cpb) {
     __shared__ float scratch[32];
     __shared__ float sums[kMergeThreads];
     const int blocks_per_row = head_dim / cpb, groups = kMergeThreads / cpb;

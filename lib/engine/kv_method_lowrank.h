@@ -57,9 +57,9 @@ struct lowrank_method_config {
     bool balanced_schedule =
         true;  // decode tasks balanced over the compute units (else one per (request, head))
     // The balanced schedule's workers per compute unit; 0 (workers=auto) asks the backend how many
-    // decode tasks run at once (backend::concurrent_workgroups, for palu's layers of attn_decode_palu). 1 treats a
-    // compute unit as one worker, which undercounts where several blocks share an SM: the CUDA
-    // tensor-core decodes keep 3-4 per SM (docs/RESULTS.md, "workers=auto").
+    // decode tasks run at once (backend::concurrent_workgroups, for palu's layers of attn_decode_palu).
+    // 1 treats a compute unit as one worker, which undercounts where several blocks share an SM: the
+    // CUDA tensor-core decodes keep 3-4 per SM (docs/RESULTS.md, "workers=auto").
     int worker_scale = 0;
     // The balanced schedule's per-token cost (decode_schedule_options::token_cost); -1 (token_cost=auto):
     // host::lowrank::default_token_cost of the page format.

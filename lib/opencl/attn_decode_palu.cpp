@@ -43,16 +43,6 @@ palu_config choose_config(const cl_backend & be, const attn_decode_palu_params &
 
 }  // namespace
 
-// As the ragged decode (concurrent_tasks_attn_decode_ragged): 8 x the compute units on GPUs. Cut for one
-// per compute unit, the 128-work-item kernel took 1.25-1.41x its time at 8 at batch 16 and 0.99-1.47x at
-// batch 1 (H200 through NVIDIA's driver, one pass, docs/data/bench_ops_ocl_palu_scales_h200.csv; 8 is the
-// largest scale measured). CPU devices (PoCL) run one work-group per core at a time.
-int64_t concurrent_tasks_attn_decode_palu(const cl_backend & be, const attn_decode_palu_params &) {
-    constexpr int64_t kTasksPerComputeUnitGpu = 8;
-    const int64_t cus = std::max(1, be.info().compute_units);
-    return be.info().is_gpu ? cus * kTasksPerComputeUnitGpu : cus;
-}
-
 support supports_attn_decode_palu(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;

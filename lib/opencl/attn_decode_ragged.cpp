@@ -113,8 +113,11 @@ void run_q4(cl_backend & be, const op_desc & op) {
 // units (one pass, docs/data/bench_ops_ocl_worker_scales8_h200.csv, scales 1-8), the balanced f16
 // decode took 22-39 % less time at batch 16 from 32K and the q4 decode 49-53 % less; at batch 1 it
 // was 2-4 % slower at two points (f16 p70 1 x 32K, q4 p70 1 x 4K) and equal or faster at the rest.
-// 8 is the largest scale measured. CPU devices (PoCL) run one work-group per core at a time.
-int64_t concurrent_tasks_attn_decode_ragged(const cl_backend & be, const attn_decode_ragged_params &) {
+// The Palu decode (attn_decode_palu.cl, 128 work-items) alike: cut for one per compute unit it took
+// 1.25-1.41x its time at 8 at batch 16 and 0.99-1.47x at batch 1 (one pass,
+// docs/data/bench_ops_ocl_palu_scales_h200.csv). 8 is the largest scale measured. CPU devices (PoCL)
+// run one work-group per core at a time.
+int64_t concurrent_decode_tasks(const cl_backend & be) {
     constexpr int64_t kTasksPerComputeUnitGpu = 8;
     const int64_t cus = std::max(1, be.info().compute_units);
     return be.info().is_gpu ? cus * kTasksPerComputeUnitGpu : cus;

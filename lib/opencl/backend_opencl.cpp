@@ -407,9 +407,9 @@ size_t cl_backend::reduction_wg(size_t want) const {
 }
 
 int64_t cl_backend::concurrent_workgroups(const op_params & params) const {
-    if (const auto * p = std::get_if<attn_decode_ragged_params>(&params)) return concurrent_tasks_attn_decode_ragged(*this, *p);
-    if (const auto * p = std::get_if<attn_decode_palu_params>(&params))
-        return concurrent_tasks_attn_decode_palu(*this, *p);
+    if (std::holds_alternative<attn_decode_ragged_params>(params) ||
+        std::holds_alternative<attn_decode_palu_params>(params))
+        return concurrent_decode_tasks(*this);
     return backend::concurrent_workgroups(params);
 }
 

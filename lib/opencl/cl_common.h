@@ -138,8 +138,8 @@ class cl_backend final : public backend {
     // A work-group size for 1-D reductions: a power of two <= min(want, device limit).
     size_t reduction_wg(size_t want) const;
 
-    // The ragged and Palu decodes' tasks planned to run at once (concurrent_tasks_attn_decode_ragged,
-    // concurrent_tasks_attn_decode_palu); other ops: one work-group per compute unit.
+    // The ragged and Palu decodes' tasks planned to run at once (concurrent_decode_tasks); other ops:
+    // one work-group per compute unit.
     int64_t concurrent_workgroups(const op_params & params) const override;
 
     // The inline-assembly keyword ("__asm__" or "asm") that kernels with an NVIDIA tensor-core path
@@ -287,10 +287,9 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op);
 void run_attn_prefill_ragged(cl_backend & be, const op_desc & op);
 void run_attn_decode_palu(cl_backend & be, const op_desc & op);
 
-// Decode tasks of attn_decode_ragged / attn_decode_palu a host schedule is cut for
-// (backend::concurrent_workgroups).
-int64_t concurrent_tasks_attn_decode_ragged(const cl_backend & be, const attn_decode_ragged_params & p);
-int64_t concurrent_tasks_attn_decode_palu(const cl_backend & be, const attn_decode_palu_params & p);
+// Decode tasks of attn_decode_ragged and attn_decode_palu a host schedule is cut for
+// (backend::concurrent_workgroups; attn_decode_ragged.cpp says why).
+int64_t concurrent_decode_tasks(const cl_backend & be);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);

@@ -85,9 +85,9 @@ int run_bench(int argc, char ** argv) {
         const long gen = vm["gen"].as<long>();
         KVCOMP_CHECK_ARG(gen >= 2, "--gen must be >= 2 to measure time between tokens");
         const long warmup = vm["warmup"].as<long>();
+        KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
         const long prefill_cap = vm["prefill-tokens"].as<long>();
         KVCOMP_CHECK_ARG(prefill_cap >= 0, "--prefill-tokens must be >= 0, got ", prefill_cap);
-        KVCOMP_CHECK_ARG(warmup >= 0, "--warmup must be >= 0, got ", warmup);
         const host::model_config mc = host::load_model_config(cfg.model_dir);
         const double kv_token_bytes = double(mc.num_hidden_layers * mc.kv_dim()) * 2 * 2;  // fp16 K and V
         const double max_kv = vm["max-kv-gib"].as<double>() * double(1ull << 30);
