@@ -61,7 +61,8 @@ int run_bench(int argc, char ** argv) {
         "when a point's prefill activations (which grow with the tokens of one step) do not fit the device "
         "next to its KV cache: the prompts are then prefilled a few at a time, and TBT is still taken from "
         "the last request, whose gaps are steps of the full batch but its last few (one per group after "
-        "the first; the median is unaffected while --gen is at least twice the number of groups)")(
+        "the first; the median is unaffected while --gen is at least twice the number of groups; --json "
+        "gives each point's prefill_steps)")(
         "copy-mib", po::value<long>()->default_value(1024), "size of the copy-bandwidth measurement")(
         "warmup", po::value<long>()->default_value(1),
         "untimed runs of the first grid point before measuring (first use of kernels, workspaces)")(
@@ -168,7 +169,9 @@ int run_bench(int argc, char ** argv) {
                 r.stop_at_eos = false;
                 ids.push_back(eng.submit(r));
             }
+            const int64_t prefill_steps_before = eng.stats().prefill_steps;
             eng.run();
+            const int64_t prefill_steps = eng.stats().prefill_steps - prefill_steps_before;
             double ttft = 0;
             std::vector<double> gaps;
             for (int64_t id : ids) {
@@ -189,7 +192,7 @@ int run_bench(int argc, char ** argv) {
                 jrows.push_back({{"batch", pt.batch}, {"prompt", pt.prompt}, {"gen", gen}, {"ttft_ms", ttft},
                                  {"tbt_ms", tbt}, {"decode_tok_s", double(pt.batch) / tbt * 1e3},
                                  {"kv_bytes", uint64_t(kv_bytes)}, {"floor_ms", floor_ms},
-                                 {"tbt_over_floor", tbt / floor_ms}});
+                                 {"tbt_over_floor", tbt / floor_ms}, {"prefill_steps", prefill_steps}});
             else
                 std::printf("%6ld %8ld %10.1f %10.3f %12.1f %12.1f %12.3f %8.2f\n", pt.batch, pt.prompt, ttft, tbt,
                             double(pt.batch) / tbt * 1e3, kv_bytes / 1048576.0, floor_ms, tbt / floor_ms);
