@@ -557,7 +557,8 @@ def _e2e_ocl_batch16_intro(prov, rows):
             "attention over the cache (not profiled: OpenCL has no per-op profile here)."
             if ("none", "16") in tbt and ("none", "1") in tbt else "")
     return ["### ZACK, FDC and Palu on NVIDIA's OpenCL driver at batch 16 (kvcomp bench, H200)", "",
-            f"`.carry/visit93.sh` on {prov} (visit 93): zack, fdc and palu calibrated on CUDA as above, p = 0.5,",
+            f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {prov} (`.carry/visit93.sh`, visit 93): zack,",
+            "fdc and palu calibrated on CUDA as above, p = 0.5,",
             "batches 1 and 16 at 4K (16 × 32K would prefill for minutes per method on this backend), none in the",
             "same visit." + step]
 

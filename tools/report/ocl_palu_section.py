@@ -32,7 +32,8 @@ _TABLES = [
      "programs' PTX: 16 ld.local / 11 st.local; the old one's: 9 / 6)."),
     ("bench_ops_ocl_palu_final_h200.csv",
      "### The final OpenCL Palu decode (H200, NVIDIA's driver)",
-     "`bench_ops --cold` ({date}, `docs/data/{file}`, one pass each; visit 92): `a01b393` (128 work-items, the "
+     "`bench_ops --cold` on {device} ({backend}, {date}, `docs/data/{file}`, one pass each; visit 92; " + _SHAPES
+     + "): `a01b393` (128 work-items, the "
      "schedule cut for 8 × the compute units, the bench's auto as the engine's) against `8edd724-nt128` (one per "
      "compute unit); `a01b393` ran first, so the last column is the new time over the old (below 1: faster). Op "
      "tests 9/9 on the driver with a fresh cache."),
@@ -54,7 +55,8 @@ def _scales_table(rows):
             other[(r["op"][-3:], int(r["batch"]), int(r["context"]))] = float(r["time_ms"])
     out = ["### The OpenCL Palu decode's workers per compute unit (H200, NVIDIA's driver)", "",
            f"`bench_ops --cold --worker-scales auto,2,4,8` ({rows[0]['date'][:10]}, "
-           "`docs/data/bench_ops_ocl_palu_scales_h200.csv`, one pass; visit 91) of `b217780`: the 128-work-item "
+           "`docs/data/bench_ops_ocl_palu_scales_h200.csv`, one pass; visit 91; the shapes of the table above) of "
+           "`b217780`: the 128-work-item "
            "kernel with the Palu rows' schedule cut for 1 (auto then), 2, 4 and 8 × the compute units. 8 was faster "
            "than 1 at every point but one (1 × 4K p50, 1 %), so `a01b393` made it the OpenCL auto, as for the ragged "
            "decode. `b217780` also computed the probabilities by token with the heads unrolled, which cut the "
