@@ -27,11 +27,12 @@
 //   kvc_adq_merge: combines the splits of each (request, query head) like attn_decode's merge and
 //     writes lse = ln(sum_s 2^(m_s - M) l_s) + M ln 2 (-inf and out = 0 when there is no token).
 //     NDRange global (>= QB_HD, n_q_heads, batch).
-// Header counts are clamped to the capacities, and slots, window rows and lengths to their ranges,
+// Header counts are clamped to the capacities, and slots, window rows, pages and lengths to their ranges,
 // so corrupt metadata cannot make a work-group read outside its buffers (the CPU reference throws).
 // Layout (lib/core/op.h): q, out f32 [batch, n_q_heads, QB_HD]; pool u8 (16-byte aligned view);
-//   block_indptr, block_indices i32; win_k, win_v f16 [n_win_rows, n_kv_heads, win_tokens, QB_HD];
-//   win i32 [batch, 3]; lse f32 [batch, n_q_heads]; scratch `part` (f32) holds part_o
+//   block_indptr, block_indices i32; win_k, win_v f16 [n_win_pages, n_kv_heads, win_page_tokens,
+//   QB_HD]; win i32 [batch, 3]; win_pages i32 [n_win_rows, win_ppr] (ring slot s: page
+//   win_pages[row, s / win_page_tokens], token s % win_page_tokens); lse f32 [batch, n_q_heads]; scratch `part` (f32) holds part_o
 //   [batch, n_q_heads, n_splits, QB_HD] at element 0 and part_ml [batch, n_q_heads, n_splits, 2] at
 //   element ml_off.
 // Preamble defines: lib/opencl/qblock_defines.h, plus GB (query heads per work-group, divides the GQA
@@ -254,8 +255,17 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
     }
 }
 
-// The fp16 window: len tokens at ring slots (start + j) % win_tokens of rows wk / wv (this head).
-inline void kvc_window(global const half * wk, global const half * wv, int start, int len, int win_tokens,
+// Element offset of the K/V row of ring slot s of a window (this head) in its page (see the banner).
+inline ulong kvc_window_row(global const int * pages, int s, int page_tokens, int n_pages, int n_kv_heads,
+                            int kvh) {
+    const int page = clamp(pages[s / page_tokens], 0, n_pages - 1);
+    return (((ulong)page * n_kv_heads + kvh) * page_tokens + s % page_tokens) * QB_HD;
+}
+
+// The fp16 window: len tokens at ring slots (start + j) % win_tokens, paged by `pages` (the row's
+// page table), of wk / wv.
+inline void kvc_window(global const half * wk, global const half * wv, global const int * pages,
+                       int page_tokens, int n_pages, int n_kv_heads, int kvh, int start, int len, int win_tokens,
                        local const float4 * q4, local int * mx_l, local float * p_l, local float * m_l,
                        kvc_state * st) {
     const int tid = get_local_id(0), lane = tid % LV, slot = tid / LV;
@@ -268,7 +278,8 @@ inline void kvc_window(global const half * wk, global const half * wv, int start
 #pragma unroll
         for (int g = 0; g < GB; ++g) s[g] = tid < tn ? 0.0f : -INFINITY;
         if (tid < tn) {
-            global const half * krow = wk + (ulong)((start + t0 + tid) % win_tokens) * QB_HD;
+            const int s_k = (start + t0 + tid) % win_tokens;
+            global const half * krow = wk + kvc_window_row(pages, s_k, page_tokens, n_pages, n_kv_heads, kvh);
             for (int c4 = 0; c4 < HD4; ++c4) {
                 const float4 kd = vload_half4(c4, krow);
 #pragma unroll
@@ -277,18 +288,21 @@ inline void kvc_window(global const half * wk, global const half * wv, int start
         }
         kvc_softmax_tile(s, mx_l, p_l, m_l, st);
         if (slot < TPV)
-            for (int j = slot; j < tn; j += TPV)
-                kvc_accumulate(st, p_l, j, vload_half4(lane, wv + (ulong)((start + t0 + j) % win_tokens) * QB_HD));
+            for (int j = slot; j < tn; j += TPV) {
+                const int s_v = (start + t0 + j) % win_tokens;
+                const ulong vrow = kvc_window_row(pages, s_v, page_tokens, n_pages, n_kv_heads, kvh);
+                kvc_accumulate(st, p_l, j, vload_half4(lane, wv + vrow));
+            }
     }
 }
 
 kernel void kvc_adq_split(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
                           global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
                           global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
-                          global const int * win, ulong win_off, global float * out, ulong out_off,
-                          global float * lse, ulong lse_off, global float * part, ulong ml_off, int n_kv_heads,
-                          int n_q_heads, int n_slots, int n_win_rows, int win_tokens, int n_splits, int chunk,
-                          float qscale) {
+                          global const int * win, ulong win_off, global const int * win_pages, ulong wp_off,
+                          global float * out, ulong out_off, global float * lse, ulong lse_off, global float * part,
+                          ulong ml_off, int n_kv_heads, int n_q_heads, int n_slots, int n_win_rows, int win_tokens,
+                          int n_win_pages, int win_page_tokens, int n_splits, int chunk, float qscale) {
     local float4 q4[GB * HD4];
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)
@@ -358,9 +372,9 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
         win += win_off + (ulong)b * 3;
         const int row = win[0], start = win[1], len = clamp(win[2], 0, win_tokens);
         if (len > 0 && row >= 0 && row < n_win_rows && start >= 0 && start < win_tokens) {
-            const ulong base = ((ulong)row * n_kv_heads + kvh) * win_tokens * QB_HD;
-            kvc_window(win_k + wk_off + base, win_v + wv_off + base, start, len, win_tokens, q4, mx_l, p_l, mrun_l,
-                       &st);
+            const int ppr = (win_tokens + win_page_tokens - 1) / win_page_tokens;
+            kvc_window(win_k + wk_off, win_v + wv_off, win_pages + wp_off + (ulong)row * ppr, win_page_tokens,
+                       n_win_pages, n_kv_heads, kvh, start, len, win_tokens, q4, mx_l, p_l, mrun_l, &st);
         }
     }
 

@@ -507,7 +507,8 @@ support supports_attn_decode_quant(const op_desc & op) {
         return support::no("a block's region of one KV head (" + std::to_string(q.head_bytes()) +
                            " bytes) is too large for two shared-memory stages");
     if (p.n_slots > INT_MAX || p.nnz_blocks > INT_MAX || p.max_tokens > INT_MAX ||
-        p.batch * p.n_q_heads > INT_MAX || p.win_tokens > INT_MAX / 2 || p.n_win_rows > INT_MAX)
+        p.batch * p.n_q_heads > INT_MAX || p.win_tokens > INT_MAX / 2 || p.n_win_pages > INT_MAX ||
+        p.n_win_rows * p.win_pages_per_row() > INT_MAX)
         return support::no("pool, index arrays and token counts must fit in 32 bits");
     const int64_t chunks = ceil_div(p.n_q_heads / q.n_kv_heads, qp);
     if (p.batch * q.n_kv_heads * chunks * std::max<int64_t>(1, p.n_splits) > INT_MAX)
@@ -532,6 +533,7 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     a.win_k = dev_ptr<const __half>(op.src[4]);
     a.win_v = dev_ptr<const __half>(op.src[5]);
     a.win = dev_ptr<const int32_t>(op.src[6]);
+    a.win_pages = dev_ptr<const int32_t>(op.src[7]);
     a.out = dev_ptr<float>(op.dst[0]);
     a.lse = dev_ptr<float>(op.dst[1]);
     a.slot_bytes = q.slot_bytes();
@@ -560,6 +562,9 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     a.head_chunks = head_chunks;
     a.n_win_rows = int(p.n_win_rows);
     a.win_tokens = int(p.win_tokens);
+    a.n_win_pages = int(p.n_win_pages);
+    a.win_page_tokens = int(p.win_page_tokens);
+    a.win_ppr = int(p.win_pages_per_row());
     a.qscale = p.scale * kLog2e;
 
     a.stage_bytes = int(stage_bytes_for(q));

@@ -9,11 +9,12 @@
 // Staging: one item per stage of a shared-memory ring. A block item is the slot's 16-byte header
 // followed by the KV head's region of the slot (vscale, hi segment, lo segment: contiguous), copied
 // in 16-byte cp.async chunks by the group that consumes it (the whole thread block in the SIMT
-// kernel's block ring, one warp in the tensor-core kernel's per-warp rings). A window item is K rows [win_chunk][D] then
-// V rows [win_chunk][D] (f16); tokens past the window are zero-filled without a global read.
+// kernel's block ring, one warp in the tensor-core kernel's per-warp rings). A window item is K
+// rows [win_chunk][D] then V rows [win_chunk][D] (f16), each token's row found through its
+// window's page table (op.h); tokens past the window are zero-filled without a global read.
 // Invalid inputs a kernel cannot refuse (the CPU reference throws; the host validates): block
-// ranges are clamped to the index array, slot numbers to the pool; an invalid window (len outside
-// [0, win_tokens], start outside the ring, row outside the rows) counts as empty.
+// ranges are clamped to the index array, slot and window page numbers to their pools; an invalid
+// window (len outside [0, win_tokens], start outside the ring, row outside the rows) counts as empty.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +38,7 @@ struct args {
     const __half * win_k;
     const __half * win_v;
     const int32_t * win;
+    const int32_t * win_pages;  // [n_win_rows, win_ppr]
     float * out;
     float * lse;
     float * part_o;    // [batch * n_q_heads, n_splits, D] when n_splits > 1
@@ -50,6 +52,7 @@ struct args {
     bool cscale;
     int n_slots, nnz, n_kv_heads, n_q_heads, group, head_chunks, n_splits, items_per_split;
     int n_win_rows, win_tokens, win_chunk;
+    int n_win_pages, win_page_tokens, win_ppr;
     int stage_bytes, n_stages;
     float qscale;  // scale * log2(e)
 };
@@ -112,10 +115,15 @@ struct items {
                 const int j = j0 + jj;
                 const bool valid = j < w_len;
                 const __half * base = kv ? a.win_v : a.win_k;
-                const int64_t off =
-                    valid ? ((int64_t(w_row) * a.n_kv_heads + g) * a.win_tokens + (w_start + j) % a.win_tokens) * D +
-                                part * 8
-                          : 0;
+                int64_t off = 0;
+                if (valid) {
+                    const int s = (w_start + j) % a.win_tokens;
+                    const int page = min(max(a.win_pages[w_row * a.win_ppr + s / a.win_page_tokens], 0),
+                                         a.n_win_pages - 1);
+                    off =
+                        ((int64_t(page) * a.n_kv_heads + g) * a.win_page_tokens + s % a.win_page_tokens) * D +
+                        part * 8;
+                }
                 cp_async16(stage_s + unsigned(((kv * a.win_chunk + jj) * D + part * 8) * 2), base + off, valid ? 16 : 0);
             }
         }

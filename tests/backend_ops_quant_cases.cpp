@@ -194,14 +194,18 @@ attn_decode_quant_case::attn_decode_quant_case(const quant_spec & s) : s_(s) {
     nnz_ = std::accumulate(s.blocks.begin(), s.blocks.end(), int64_t(0));
     n_slots_ = nnz_ + 2;
     n_win_rows_ = batch_ + 1;
+    n_win_pages_ = n_win_rows_ * pages_per_row() + 2;  // two pages no row names
     const qblock_layout & q = s.q;
     add_tensor("q", dtype::f32, {batch_, s.n_q_heads, q.head_dim}, tensor_role::input);
     add_tensor("pool", dtype::u8, {n_slots_ * q.slot_bytes()}, tensor_role::input);
     add_tensor("block_indptr", dtype::i32, {batch_ + 1}, tensor_role::input);
     add_tensor("block_indices", dtype::i32, {std::max<int64_t>(nnz_, 1)}, tensor_role::input);
-    add_tensor("win_k", dtype::f16, {n_win_rows_, q.n_kv_heads, s.win_tokens, q.head_dim}, tensor_role::input);
-    add_tensor("win_v", dtype::f16, {n_win_rows_, q.n_kv_heads, s.win_tokens, q.head_dim}, tensor_role::input);
+    add_tensor("win_k", dtype::f16, {n_win_pages_, q.n_kv_heads, s.win_page_tokens, q.head_dim},
+               tensor_role::input);
+    add_tensor("win_v", dtype::f16, {n_win_pages_, q.n_kv_heads, s.win_page_tokens, q.head_dim},
+               tensor_role::input);
     add_tensor("win", dtype::i32, {batch_, 3}, tensor_role::input);
+    add_tensor("win_pages", dtype::i32, {n_win_rows_, pages_per_row()}, tensor_role::input);
     add_tensor("out", dtype::f32, {batch_, s.n_q_heads, q.head_dim}, tensor_role::output);
     add_tensor("lse", dtype::f32, {batch_, s.n_q_heads}, tensor_role::output);
     // Full blocks except each request's last (partial: its true count is in the slot header).
@@ -211,7 +215,7 @@ attn_decode_quant_case::attn_decode_quant_case(const quant_spec & s) : s_(s) {
 std::string attn_decode_quant_case::vars() const {
     std::ostringstream os;
     os << layout_vars(s_.q) << ",q_heads=" << s_.n_q_heads << ",blocks=" << join(s_.blocks)
-       << ",window=" << join(s_.window) << ",win=" << s_.win_tokens;
+       << ",window=" << join(s_.window) << ",win=" << s_.win_tokens << ",win_page=" << s_.win_page_tokens;
     if (s_.key_ramp > 0.0f) os << ",key_ramp=" << s_.key_ramp;
     return os.str();
 }
@@ -269,19 +273,26 @@ void attn_decode_quant_case::init(test_rng & rng) {
     indices.resize(size_t(std::max<int64_t>(nnz_, 1)), 0);
     put_i32(tensors_[2], indptr);
     put_i32(tensors_[3], indices);
-    // Windows: request b uses row (b + 1) % rows from a random start; slots outside its window
-    // hold K = 0, V = 3e4, so any weight they get shows in the output.
-    std::vector<int32_t> win;
+    // Windows: request b uses row (b + 1) % rows from a random start; the rows' pages are a
+    // shuffle of the pool's. Slots outside a window (and the pages no row names) hold K = 0,
+    // V = 3e4, so any weight they get shows in the output.
+    std::vector<int32_t> win, pages(static_cast<size_t>(n_win_pages_));
+    std::iota(pages.begin(), pages.end(), 0);
+    shuffle(pages, rng);
+    pages.resize(size_t(n_win_rows_ * pages_per_row()));
     host_tensor & wk = tensors_[4];
     host_tensor & wv = tensors_[5];
     for (int64_t e = 0; e < wk.numel(); ++e) set_float(wk, e, 0.0f), set_float(wv, e, 3e4f);
+    const int64_t P = s_.win_page_tokens;
     for (int64_t b = 0; b < batch_; ++b) {
         const int32_t row = int32_t((b + 1) % n_win_rows_), start = int32_t(rng.below(s_.win_tokens));
         const int32_t len = int32_t(s_.window[size_t(b)]);
         win.insert(win.end(), {row, start, len});
         for (int32_t j = 0; j < len; ++j)
             for (int64_t h = 0; h < q.n_kv_heads; ++h) {
-                const int64_t base = ((row * q.n_kv_heads + h) * s_.win_tokens + (start + j) % s_.win_tokens) * hd;
+                const int64_t slot = (start + j) % s_.win_tokens,
+                              page = pages[size_t(row * pages_per_row() + slot / P)];
+                const int64_t base = ((page * q.n_kv_heads + h) * P + slot % P) * hd;
                 for (int64_t c = 0; c < hd; ++c) {
                     set_float(wk, base + c, rng.normal());
                     set_float(wv, base + c, rng.normal());
@@ -289,6 +300,7 @@ void attn_decode_quant_case::init(test_rng & rng) {
             }
     }
     put_i32(tensors_[6], win);
+    put_i32(tensors_[7], pages);
 }
 op_desc attn_decode_quant_case::build(const std::vector<tensor> & v) const {
     attn_decode_quant_params p;
@@ -299,9 +311,11 @@ op_desc attn_decode_quant_case::build(const std::vector<tensor> & v) const {
     p.nnz_blocks = nnz_;
     p.n_win_rows = n_win_rows_;
     p.win_tokens = s_.win_tokens;
+    p.n_win_pages = n_win_pages_;
+    p.win_page_tokens = s_.win_page_tokens;
     p.max_tokens = max_tokens_;
     p.scale = 1.0f / std::sqrt(float(s_.q.head_dim));
-    return make_op(p, {v[0], v[1], v[2], v[3], v[4], v[5], v[6]}, {v[7], v[8]});
+    return make_op(p, {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, {v[8], v[9]});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,6 +519,11 @@ qblock_layout with_v_group(qblock_layout q, int32_t g) {
     q.v_group = g;
     return q;
 }
+// The spec with window pages of p tokens.
+quant_spec with_win_pages(quant_spec s, int64_t p) {
+    s.win_page_tokens = p;
+    return s;
+}
 quant_spec spec(const qblock_layout & q, int64_t q_heads, std::vector<int64_t> blocks, std::vector<int64_t> window = {},
                 int64_t win_tokens = 16, dtype src = dtype::f32, int64_t row_tokens = 0) {
     quant_spec s;
@@ -528,6 +547,7 @@ case_ptr make_attn_decode_quant_case(const std::string & layout, int64_t batch, 
     quant_spec sp = spec(q, 32, std::vector<int64_t>(size_t(batch), context / g),
                          std::vector<int64_t>(size_t(batch), context % g), g);
     sp.partial_last = false;
+    sp.win_page_tokens = 16;  // the engine's window pages (kv_method_quant.cpp: its page size)
     return std::make_unique<attn_decode_quant_case>(sp);
 }
 
@@ -561,13 +581,15 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             nocs.channel_scale = false, nocs.v_group = 16, nocs.lo_bits = 8;
             add(std::make_unique<kv_dequantize_case>(spec(nocs, 8, {32, 9, 31}, {}, 16, f32, 32)));
         }
-        // attn_decode_quant: GQA 4:1 and 8:1, windows empty to full, requests without blocks.
+        // attn_decode_quant: GQA 4:1 and 8:1, windows empty to full, requests without blocks; window
+        // pages of 5 tokens (the default: a row's last page partial), 16 and a whole row.
         add(std::make_unique<attn_decode_quant_case>(spec(zipcache_layout(2, 64), 8, {3, 1, 0}, {5, 0, 16}, 16)));
-        add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(8, 128, 2), 32, {2, 5}, {31, 1}, 48)));
+        add(std::make_unique<attn_decode_quant_case>(
+            with_win_pages(spec(kivi_layout(8, 128, 2), 32, {2, 5}, {31, 1}, 48), 16)));
         if (set == case_set::full) {
             add(std::make_unique<attn_decode_quant_case>(spec(kivi_layout(4, 128, 4), 16, {40}, {63}, 64)));
-            add(std::make_unique<attn_decode_quant_case>(
-                spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32)));
+            add(std::make_unique<attn_decode_quant_case>(with_win_pages(
+                spec(zipcache_layout(1, 128, 8, 24), 8, {1, 2, 3, 4, 0, 7}, {0, 1, 2, 3, 4, 32}, 32), 32)));
             // Value groups of 16 and 32 channels (the CUDA tensor-core kernel is compiled per m-tiles per
             // group: 1 and 2 here, with and without channel scales, head_dim 64 and 128).
             add(std::make_unique<attn_decode_quant_case>(

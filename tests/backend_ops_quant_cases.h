@@ -18,6 +18,7 @@ struct quant_spec {
     std::vector<int64_t> blocks;  // attn_decode_quant: blocks per request (kv_quantize: total = size)
     std::vector<int64_t> window;  // attn_decode_quant: window tokens per request
     int64_t win_tokens = 16;      // window capacity
+    int64_t win_page_tokens = 5;  // attn_decode_quant: window page size (5: a row's last page is partial)
     bool partial_last = true;     // attn_decode_quant: each request's last block holds 1..G tokens
     // attn_decode_quant, > 0: key channel 5 of a request's block i is 0.75 + key_ramp * i and every
     // query's channel 5 is 2, so scores climb from block to block and a lazily rescaling kernel's
@@ -75,7 +76,8 @@ class attn_decode_quant_case : public test_case {
 
   private:
     quant_spec s_;
-    int64_t batch_ = 0, nnz_ = 0, n_slots_ = 0, n_win_rows_ = 0, max_tokens_ = 0;
+    int64_t batch_ = 0, nnz_ = 0, n_slots_ = 0, n_win_rows_ = 0, n_win_pages_ = 0, max_tokens_ = 0;
+    int64_t pages_per_row() const { return (s_.win_tokens + s_.win_page_tokens - 1) / s_.win_page_tokens; }
 };
 
 // probe_scores over one request (single-request form), or over a ragged batch (the form with

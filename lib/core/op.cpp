@@ -111,7 +111,7 @@ struct param_printer {
         qb(p.q);
         os << ",batch=" << p.batch << ",q_heads=" << p.n_q_heads << ",slots=" << p.n_slots
            << ",blocks=" << p.nnz_blocks << ",win_rows=" << p.n_win_rows << ",win=" << p.win_tokens
-           << ",max_tokens=" << p.max_tokens;
+           << ",win_pages=" << p.n_win_pages << "x" << p.win_page_tokens << ",max_tokens=" << p.max_tokens;
         if (p.n_splits) os << ",splits=" << p.n_splits;
     }
     void operator()(const probe_scores_params & p) {
@@ -521,12 +521,14 @@ void check_op(const op_desc & op) {
             c.non_negative(p.nnz_blocks, "nnz_blocks");
             c.positive(p.n_win_rows, "n_win_rows");
             c.positive(p.win_tokens, "win_tokens");
+            c.positive(p.n_win_pages, "n_win_pages");
+            c.positive(p.win_page_tokens, "win_page_tokens");
             c.non_negative(p.max_tokens, "max_tokens");
             c.non_negative(p.n_splits, "n_splits");
             KVCOMP_CHECK_ARG(p.n_q_heads % p.q.n_kv_heads == 0, c.what(), ": n_q_heads (", p.n_q_heads,
                              ") must be a multiple of n_kv_heads (", p.q.n_kv_heads, ")");
             const int64_t q = p.batch * p.n_q_heads * p.q.head_dim;
-            const int64_t win = p.n_win_rows * p.q.n_kv_heads * p.win_tokens * p.q.head_dim;
+            const int64_t win = p.n_win_pages * p.q.n_kv_heads * p.win_page_tokens * p.q.head_dim;
             c.operand(s[0], "q", {f32}, q);
             c.operand(s[1], "pool", {dtype::u8}, p.n_slots * p.q.slot_bytes());
             c.operand(s[2], "block_indptr", {i32}, p.batch + 1);
@@ -535,6 +537,7 @@ void check_op(const op_desc & op) {
             c.operand(s[4], "win_k", {f16}, win);
             c.operand(s[5], "win_v", {f16}, win);
             c.operand(s[6], "win", {i32}, p.batch * 3);
+            c.operand(s[7], "win_pages", {i32}, p.n_win_rows * p.win_pages_per_row());
             c.operand(d[0], "out", {f32}, q);
             c.operand(d[1], "lse", {f32}, p.batch * p.n_q_heads);
             break;

@@ -204,23 +204,32 @@ struct kv_dequantize_params {
     int64_t n_blocks = 0, row_tokens = 0, n_slots = 0;
 };
 
-// Decode attention over quantized blocks and an fp16 window: request b attends to the tokens of
-// its blocks (slots block_indices[block_indptr[b] .. block_indptr[b+1]), each with the n_hi + n_lo
+// Decode attention over quantized blocks and a paged fp16 window: request b attends to the tokens
+// of its blocks (slots block_indices[block_indptr[b] .. block_indptr[b+1]), each with the n_hi + n_lo
 // tokens its header names, dequantized as in core/qblock.h) and to its window tokens: win[b] =
-// (row, start, len) names len tokens at slots (start + j) % win_tokens, j < len, of fp16 window
-// row `row`. Exact softmax over all of them with logits scale * q.k.
+// (row, start, len) names len tokens at ring slots s = (start + j) % win_tokens, j < len, of window
+// row `row`; slot s lives in page win_pages[row, s / win_page_tokens], token s % win_page_tokens.
+// The pages are taken as the window fills, so a request holds only the pages its tokens need.
+// Exact softmax over all of them with logits scale * q.k.
 // src0 q f32 [batch, n_q_heads, head_dim]; src1 pool u8 [n_slots * slot_bytes];
 // src2 block_indptr i32 [batch+1]; src3 block_indices i32 [nnz_blocks];
-// src4 win_k, src5 win_v: f16 [n_win_rows, n_kv_heads, win_tokens, head_dim]; src6 win i32 [batch, 3];
+// src4 win_k, src5 win_v: f16 [n_win_pages, n_kv_heads, win_page_tokens, head_dim];
+// src6 win i32 [batch, 3]; src7 win_pages i32 [n_win_rows, win_pages_per_row()] (entries of slots
+// past a window's length are not read);
 // dst0 out f32 [batch, n_q_heads, head_dim]; dst1 lse f32 [batch, n_q_heads] = log of the softmax
 // denominator sum_j exp(logit_j) (-inf, with out = 0, for a request without tokens).
 // max_tokens bounds every request's token count (for split-KV); n_splits 0 = backend's choice.
 struct attn_decode_quant_params {
     qblock_layout q;
     int64_t batch = 0, n_q_heads = 0, n_slots = 0, nnz_blocks = 0, n_win_rows = 0, win_tokens = 0;
+    int64_t n_win_pages = 0, win_page_tokens = 0;
     int64_t max_tokens = 0;
     float scale = 1.0f;
     int32_t n_splits = 0;
+
+    int64_t win_pages_per_row() const {
+        return win_page_tokens > 0 ? (win_tokens + win_page_tokens - 1) / win_page_tokens : 0;
+    }
 };
 
 // Saliency of keys as ZipCache's probe queries see them (paper Eq. 8/9 numerator): for KV head h

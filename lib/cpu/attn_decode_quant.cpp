@@ -18,6 +18,8 @@ void run_attn_decode_quant(const op_desc & op) {
     const uint16_t * wk = ptr<const uint16_t>(op.src[4]);
     const uint16_t * wv = ptr<const uint16_t>(op.src[5]);
     const int32_t * win = ptr<const int32_t>(op.src[6]);
+    const int32_t * win_pages = ptr<const int32_t>(op.src[7]);
+    const int64_t P = p.win_page_tokens, ppr = p.win_pages_per_row();
     float * out = ptr<float>(op.dst[0]);
     float * lse = ptr<float>(op.dst[1]);
     for (int64_t b = 0; b < p.batch; ++b) {
@@ -38,7 +40,10 @@ void run_attn_decode_quant(const op_desc & op) {
                 vals.insert(vals.end(), d.v.begin(), d.v.end());
             }
             for (int32_t j = 0; j < len; ++j) {
-                const int64_t at = ((int64_t(row) * q.n_kv_heads + kvh) * p.win_tokens + (start + j) % p.win_tokens) * hd;
+                const int64_t s = (start + j) % p.win_tokens, page = win_pages[row * ppr + s / P];
+                KVCOMP_CHECK_ARG(page >= 0 && page < p.n_win_pages, describe(op), ": window page ", page,
+                                 " (request ", b, ", slot ", s, ") out of range");
+                const int64_t at = ((page * q.n_kv_heads + kvh) * P + s % P) * hd;
                 for (int64_t c = 0; c < hd; ++c) {
                     keys.push_back(half_to_float(wk[at + c]));
                     vals.push_back(half_to_float(wv[at + c]));

@@ -10,6 +10,7 @@
 #include "engine/index_tables.h"
 #include "engine/kv_method_requant.h"
 #include "engine/prompt_attention.h"
+#include "engine/window_pages.h"
 #include "host/paged/page_pool.h"
 #include "host/util/parallel_for.h"
 
@@ -22,7 +23,8 @@ namespace hq = host::quant;
 // One request's cache: its block slots (same numbers in every layer) and its fp16 window.
 struct request_state {
     std::vector<int32_t> slots;
-    int32_t row = -1;         // window row, -1 until the first window token
+    std::vector<int32_t> win_pages;  // its window's pages, in slot order (same numbers in every layer)
+    int32_t row = -1;         // window row (the probe buffers' index), -1 until the first window token
     int32_t win_len = 0;      // tokens in the window
     int32_t win_start = 0;    // position of the window's first token
     std::mt19937_64 rng;      // decode probe draws
@@ -57,7 +59,11 @@ class quant_method : public kv_method {
         const int64_t tokens = shape.n_pages * shape.page_size;
         n_slots_ = blocks_for(tokens) + (c_.ratio > 0.0 && c_.ratio < 1.0 ? 1 : 0) + 2 * shape.max_requests;
         const size_t pool = size_t(n_slots_ * q_.slot_bytes());
-        const size_t win = size_t(shape.max_requests * row_elems()) * 2;
+        // Window pages: as many as every request's full window needs (taken as windows fill).
+        win_ppr_ = (c_.window + shape.page_size - 1) / shape.page_size;
+        win_ = window_pool_shape{shape.max_requests * win_ppr_, shape.n_kv_heads, shape.page_size,
+                                 shape.head_dim};
+        const size_t win = size_t(win_.token_rows() * win_.head_dim) * 2;
         for (int64_t l = 0; l < shape.n_layers; ++l) {
             pool_.push_back(be.alloc(pool));
             wk_.push_back(be.alloc(win));
@@ -65,6 +71,7 @@ class quant_method : public kv_method {
         }
         slots_ = std::make_unique<host::page_pool>(int32_t(n_slots_));
         rows_ = std::make_unique<host::page_pool>(int32_t(shape.max_requests));
+        win_pool_ = std::make_unique<host::page_pool>(int32_t(win_.n_pages));
         bytes_ = (uint64_t(pool) + 2 * uint64_t(win)) * uint64_t(shape.n_layers);
         probe_cap_ = c_.saliency ? c_.decode_probe_recent + int32_t(std::ceil(c_.decode_probe_p * c_.window * 3)) + 4 : 0;
         if (probe_cap_ > 0)
@@ -84,21 +91,26 @@ class quant_method : public kv_method {
     uint64_t bytes_for_tokens(int64_t t) const override {
         t = std::max<int64_t>(t, 0);
         const int64_t windowed = c_.quantize_whole_prompt ? 0 : t % c_.window;
-        return uint64_t(blocks_for(t - windowed)) * slot_layers() + (windowed > 0 ? row_layers() : 0);
+        return uint64_t(blocks_for(t - windowed)) * slot_layers() +
+               uint64_t(pages_for(windowed)) * page_layers();
     }
 
     uint64_t bytes_held(int64_t seq, int64_t tokens) const override {
         auto it = reqs_.find(seq);
         if (it == reqs_.end()) return bytes_for_tokens(tokens);
-        return uint64_t(it->second.slots.size()) * slot_layers() + (it->second.row >= 0 ? row_layers() : 0);
+        return uint64_t(it->second.slots.size()) * slot_layers() +
+               uint64_t(it->second.win_pages.size()) * page_layers();
     }
 
-    int64_t pages_in_use() const override { return slots_ ? slots_->used_pages() + rows_->used_pages() : 0; }
+    int64_t pages_in_use() const override {
+        return slots_ ? slots_->used_pages() + win_pool_->used_pages() : 0;
+    }
 
     void release(int64_t seq) override {
         auto it = reqs_.find(seq);
         if (it == reqs_.end()) return;
         slots_->release(it->second.slots);
+        win_pool_->release(it->second.win_pages);
         if (it->second.row >= 0) rows_->release({it->second.row});
         reqs_.erase(it);
     }
@@ -141,9 +153,15 @@ class quant_method : public kv_method {
   private:
     // --- sizes -----------------------------------------------------------------------------
     int64_t q_row() const { return shape_.n_q_heads * shape_.head_dim; }
-    int64_t row_elems() const { return shape_.n_kv_heads * c_.window * shape_.head_dim; }
     uint64_t slot_layers() const { return uint64_t(q_.slot_bytes()) * uint64_t(shape_.n_layers); }
-    uint64_t row_layers() const { return uint64_t(row_elems()) * 2 * 2 * uint64_t(shape_.n_layers); }
+    // One window page in every layer, K and V, fp16.
+    uint64_t page_layers() const {
+        return uint64_t(win_.n_kv_heads * win_.page_tokens * win_.head_dim) * 2 * 2 *
+               uint64_t(shape_.n_layers);
+    }
+    int64_t pages_for(int64_t window_tokens) const {
+        return (window_tokens + win_.page_tokens - 1) / win_.page_tokens;
+    }
     // Blocks for n quantized tokens of one prompt: the hi and lo segments fill in parallel.
     int64_t blocks_for(int64_t n) const {
         if (n <= 0) return 0;
@@ -155,7 +173,10 @@ class quant_method : public kv_method {
     // --- device views ----------------------------------------------------------------------
     tensor window_pool(std::vector<buffer_ptr> & pools, int64_t layer) const {
         return make_tensor(pools[size_t(layer)].get(), dtype::f16,
-                           {shape_.max_requests, shape_.n_kv_heads, int64_t(c_.window), shape_.head_dim});
+                           {win_.n_pages, win_.n_kv_heads, win_.page_tokens, win_.head_dim});
+    }
+    kv_layout window_layout() const {
+        return {win_.n_pages, win_.n_kv_heads, win_.page_tokens, win_.head_dim};
     }
     tensor block_pool(int64_t layer) const {
         return make_tensor(pool_[size_t(layer)].get(), dtype::u8, {n_slots_ * q_.slot_bytes()});
@@ -170,6 +191,16 @@ class quant_method : public kv_method {
         std::vector<int32_t> out;
         KVCOMP_CHECK_ARG(rows_->allocate(1, out), "method ", c_.name, ": no free window row");
         return out[0];
+    }
+    // Grows r's window pages to cover slots [0, n).
+    void cover_window(request_state & r, int64_t n) {
+        const int64_t need = pages_for(n) - int64_t(r.win_pages.size());
+        if (need <= 0) return;
+        std::vector<int32_t> out;
+        KVCOMP_CHECK_ARG(win_pool_->allocate(int32_t(need), out), "method ", c_.name,
+                         ": window pages exhausted (", win_pool_->used_pages(), " of ", win_pool_->capacity(),
+                         " in use)");
+        r.win_pages.insert(r.win_pages.end(), out.begin(), out.end());
     }
 
     // --- prefill ---------------------------------------------------------------------------
@@ -209,7 +240,7 @@ class quant_method : public kv_method {
             r.win_len = p.len - p.quantized;
             p.new_slots = take_slots(blocks_for(p.quantized));
             r.slots = p.new_slots;
-            if (r.win_len > 0) r.row = take_row();
+            if (r.win_len > 0) r.row = take_row(), cover_window(r, r.win_len);
             if (c_.saliency) p.probes = hq::prompt_probes(p.len, c_.probe_recent, c_.probe_random, c_.seed + uint64_t(p.seq));
             // The plan: block bi of the prompt takes the next hi_tokens of its salient tokens and
             // the next lo_tokens of its regular ones (the segments fill in parallel).
@@ -281,19 +312,19 @@ class quant_method : public kv_method {
                 be.run(make_op(kp, {k, v, prefill_views_[t_plan], t[0]}, {block_pool(layer)}));
             }
         }
-        // The unquantized tail (kivi's residual) goes to the request's window row, slots 0..n-1.
+        // The unquantized tail (kivi's residual) goes to the request's window, slots 0..n-1.
         for (const prompt_plan & p : plans_) {
             const int32_t n = p.len - p.quantized;
             if (n == 0) continue;
             const request_state & r = reqs_.at(p.seq);
             std::vector<int32_t> pos(static_cast<size_t>(n)), zero(size_t(n), 0);
             for (int32_t i = 0; i < n; ++i) pos[size_t(i)] = i;
-            const auto t = upload_index_tables(be, layer_tables_, {zero, pos, {0, 1}, {r.row}});
+            const int32_t n_pages = int32_t(r.win_pages.size());
+            const auto t = upload_index_tables(be, layer_tables_, {zero, pos, {0, n_pages}, r.win_pages});
             const size_t off = size_t(p.first_row + p.quantized) * size_t(H * shape_.head_dim) * 4;
             const tensor kr = make_tensor(k.buf, dtype::f32, {n, H, shape_.head_dim}, k.offset + off);
             const tensor vr = make_tensor(v.buf, dtype::f32, {n, H, shape_.head_dim}, v.offset + off);
-            const kv_layout wl{shape_.max_requests, H, c_.window, shape_.head_dim};
-            be.run(make_op(kv_append_params{wl, n, 1, 1}, {kr, vr, t[0], t[1], t[2], t[3]},
+            be.run(make_op(kv_append_params{window_layout(), n, 1, n_pages}, {kr, vr, t[0], t[1], t[2], t[3]},
                            {window_pool(wk_, layer), window_pool(wv_, layer)}));
         }
     }
@@ -418,11 +449,15 @@ class quant_method : public kv_method {
 
     // --- decode ----------------------------------------------------------------------------
     void plan_decode(backend & be, const kv_step & s) {
-        std::vector<int32_t> bindptr{0}, bindices, win, wpos, wrow, bidx(size_t(s.batch)), iota(size_t(s.batch) + 1);
+        // The window page tables are per request of the step: row b of the attention's win_pages
+        // and kv_append's pages [b * win_ppr, (b + 1) * win_ppr) (entries past a window's pages: 0).
+        std::vector<int32_t> bindptr{0}, bindices, win, wpos, wpages, bidx(size_t(s.batch)),
+            pindptr(size_t(s.batch) + 1);
         for (int64_t b = 0; b < s.batch; ++b) {
             request_state & r = reqs_.at(s.seq_ids[size_t(b)]);
             if (r.row < 0) r.row = take_row();
             const int32_t slot = r.win_len;  // the new token's window slot
+            cover_window(r, slot + 1);
             if (r.win_len == 0) r.win_start = s.host_positions[size_t(b)];
             r.probe_now = c_.saliency && (slot >= c_.window - c_.decode_probe_recent ||
                                           std::uniform_real_distribution<double>(0, 1)(r.rng) < c_.decode_probe_p) &&
@@ -431,12 +466,14 @@ class quant_method : public kv_method {
             ++r.win_len;
             bindices.insert(bindices.end(), r.slots.begin(), r.slots.end());
             bindptr.push_back(int32_t(bindices.size()));
-            win.insert(win.end(), {r.row, 0, r.win_len});
+            win.insert(win.end(), {int32_t(b), 0, r.win_len});
             wpos.push_back(slot);
-            wrow.push_back(r.row);
-            bidx[size_t(b)] = iota[size_t(b)] = int32_t(b);
+            wpages.insert(wpages.end(), r.win_pages.begin(), r.win_pages.end());
+            wpages.resize(size_t((b + 1) * win_ppr_), 0);
+            bidx[size_t(b)] = int32_t(b);
+            pindptr[size_t(b)] = int32_t(b * win_ppr_);
         }
-        iota[size_t(s.batch)] = int32_t(s.batch);
+        pindptr[size_t(s.batch)] = int32_t(s.batch * win_ppr_);
         nnz_blocks_ = int64_t(bindices.size());
         int64_t most = 0;
         for (int64_t b = 0; b < s.batch; ++b)
@@ -444,8 +481,9 @@ class quant_method : public kv_method {
                                                win[size_t(b) * 3 + 2]);
         max_tokens_ = most;
         // Views: 0 block_indptr, 1 block_indices, 2 win, 3 window slot of each new token,
-        // 4 batch_idx, 5 one-page indptr, 6 window rows (kv_append's page table over the rows).
-        decode_tables_ = upload_index_tables(be, step_tables_, {bindptr, bindices, win, wpos, bidx, iota, wrow});
+        // 4 batch_idx, 5 window page indptr, 6 window pages [batch, win_ppr].
+        decode_tables_ =
+            upload_index_tables(be, step_tables_, {bindptr, bindices, win, wpos, bidx, pindptr, wpages});
         if (!lse_ || lse_->size() < size_t(s.batch * shape_.n_q_heads) * 4)
             lse_ = be.alloc(size_t(std::max<int64_t>(s.batch, shape_.max_requests) * shape_.n_q_heads) * 4);
     }
@@ -453,16 +491,18 @@ class quant_method : public kv_method {
     void decode(backend & be, int64_t layer, const kv_step & s, const tensor & q, const tensor & k, const tensor & v,
                 const tensor & out, float scale) {
         const auto & t = decode_tables_;
-        const kv_layout wl{shape_.max_requests, shape_.n_kv_heads, c_.window, shape_.head_dim};
-        // The new token into its window slot: row = its request's window row, position = slot.
-        be.run(make_op(kv_append_params{wl, s.n_tokens, s.batch, s.batch}, {k, v, t[4], t[3], t[5], t[6]},
-                       {window_pool(wk_, layer), window_pool(wv_, layer)}));
+        // The new token into its window slot: its request's pages, position = slot.
+        be.run(make_op(kv_append_params{window_layout(), s.n_tokens, s.batch, s.batch * win_ppr_},
+                       {k, v, t[4], t[3], t[5], t[6]}, {window_pool(wk_, layer), window_pool(wv_, layer)}));
         attn_decode_quant_params p;
         p.q = q_, p.batch = s.batch, p.n_q_heads = shape_.n_q_heads, p.n_slots = n_slots_;
-        p.nnz_blocks = nnz_blocks_, p.n_win_rows = shape_.max_requests, p.win_tokens = c_.window;
+        p.nnz_blocks = nnz_blocks_, p.n_win_rows = s.batch, p.win_tokens = c_.window;
+        p.n_win_pages = win_.n_pages, p.win_page_tokens = win_.page_tokens;
         p.max_tokens = max_tokens_, p.scale = scale;
         const tensor lse = make_tensor(lse_.get(), dtype::f32, {s.batch, shape_.n_q_heads});
-        be.run(make_op(p, {q, block_pool(layer), t[0], t[1], window_pool(wk_, layer), window_pool(wv_, layer), t[2]},
+        be.run(make_op(p,
+                       {q, block_pool(layer), t[0], t[1], window_pool(wk_, layer), window_pool(wv_, layer),
+                        t[2], make_tensor(t[6].buf, dtype::i32, {s.batch, win_ppr_}, t[6].offset)},
                        {out, lse}));
         if (!c_.saliency) return;
         // Probe steps keep their query and its full-row log-denominator for the window's ranking.
@@ -478,34 +518,58 @@ class quant_method : public kv_method {
         }
     }
 
-    // Probe column sums of the full windows of `full`, f32 [n_layers, n_kv_heads, n_keys] with
-    // n_keys = (highest window row + 1) * window (column row * window + slot), from one ragged
-    // probe_scores call per layer over the window pool and one download for all layers: a flush
-    // synchronizes once, whatever the number of requests and layers. The call's requests come in
-    // pairs per window row r: (r's probe steps, r's window keys), then (r's unused probe slots, no
-    // keys), so every probe slot of the buffers belongs to a request and rows that do not flush
-    // simply have no probes. Empty when no window has a probe.
+    // The full windows of `full` (sorted by window row), gathered from their pages into the
+    // flush workspace: f32 K [n_full, n_kv_heads, window, head_dim] (and V after it when
+    // `with_v`); window f's tokens are numbered f * window + slot. The gather table is uploaded
+    // once per flush (gather_ids_).
+    std::pair<tensor, tensor> gather_full(backend & be, int64_t layer, size_t n_full, bool with_v) {
+        const int64_t n_ids = int64_t(n_full) * win_.n_kv_heads * c_.window, hd = win_.head_dim;
+        const size_t bytes = size_t(n_ids * hd) * 4;
+        if (!flush_ws_ || flush_ws_->size() < 2 * bytes) flush_ws_ = be.alloc(2 * bytes);
+        const tensor kw =
+            make_tensor(flush_ws_.get(), dtype::f32, {int64_t(n_full), win_.n_kv_heads, c_.window, hd});
+        const tensor vw = make_tensor(flush_ws_.get(), dtype::f32,
+                                      {int64_t(n_full), win_.n_kv_heads, c_.window, hd}, bytes);
+        const tensor kflat = make_tensor(flush_ws_.get(), dtype::f32, {n_ids, hd});
+        gather_window(be, win_, *wk_[size_t(layer)], gather_ids_, n_ids, kflat);
+        if (with_v)
+            gather_window(be, win_, *wv_[size_t(layer)], gather_ids_, n_ids,
+                          make_tensor(flush_ws_.get(), dtype::f32, {n_ids, hd}, bytes));
+        return {kw, vw};
+    }
+
+    // Probe column sums of the full windows of `full` (sorted by window row), f32 [n_layers,
+    // n_kv_heads, n_keys] with n_keys = full.size() * window (column f * window + slot), from one
+    // ragged probe_scores call per layer over the gathered windows and one download for all
+    // layers: a flush synchronizes once, whatever the number of requests and layers. The call's
+    // requests come in pairs per window row r (the probe buffers are indexed by row): (r's probe
+    // steps, r's window keys if r flushes), then (r's unused probe slots, no keys), so every probe
+    // slot of the buffers belongs to a request and rows that do not flush have no keys. Empty when
+    // no window has a probe.
     std::vector<float> window_scores(backend & be, const std::vector<request_state *> & full, int64_t & n_keys) {
         const int64_t H = shape_.n_kv_heads, hd = shape_.head_dim, W = c_.window, nq = shape_.n_q_heads;
         int32_t rows = 0;
         bool any = false;
         for (const request_state * r : full) rows = std::max(rows, r->row + 1), any = any || !r->probe_pos.empty();
         if (!c_.saliency || !any) return {};
-        std::vector<int32_t> n_probes(size_t(rows), 0), key_pos(size_t(rows * W), 0);
-        std::vector<int32_t> probe_pos(size_t(rows * probe_cap_), 0);
+        std::vector<int32_t> n_probes(size_t(rows), 0), flushes(size_t(rows), 0);
+        std::vector<int32_t> probe_pos(size_t(rows * probe_cap_), 0), key_pos;
         for (const request_state * r : full) {
             n_probes[size_t(r->row)] = int32_t(r->probe_pos.size());
+            flushes[size_t(r->row)] = 1;
             std::copy(r->probe_pos.begin(), r->probe_pos.end(), probe_pos.begin() + int64_t(r->row) * probe_cap_);
-            for (int64_t i = 0; i < W; ++i) key_pos[size_t(r->row * W + i)] = r->win_start + int32_t(i);
+            for (int64_t i = 0; i < W; ++i) key_pos.push_back(r->win_start + int32_t(i));
         }
         std::vector<int32_t> probe_indptr{0}, key_indptr{0};
+        int32_t keys = 0;
         for (int32_t row = 0; row < rows; ++row) {
+            keys += flushes[size_t(row)] * int32_t(W);
             probe_indptr.push_back(row * probe_cap_ + n_probes[size_t(row)]);
-            key_indptr.push_back((row + 1) * int32_t(W));
+            key_indptr.push_back(keys);
             probe_indptr.push_back((row + 1) * probe_cap_);
-            key_indptr.push_back((row + 1) * int32_t(W));
+            key_indptr.push_back(keys);
         }
-        n_keys = int64_t(rows) * W;
+        n_keys = int64_t(full.size()) * W;
         const int64_t np = int64_t(rows) * probe_cap_, per_layer = H * n_keys;
         const auto t = upload_index_tables(be, layer_tables_, {probe_pos, key_pos, probe_indptr, key_indptr});
         const size_t sbytes = size_t(shape_.n_layers * per_layer) * 4;
@@ -515,7 +579,7 @@ class quant_method : public kv_method {
         ps.row_tokens = W, ps.scale = float(1.0 / std::sqrt(double(hd))), ps.use_lse = true;
         ps.batch = 2 * int64_t(rows);
         for (int64_t layer = 0; layer < shape_.n_layers; ++layer) {
-            const tensor kw = make_tensor(wk_[size_t(layer)].get(), dtype::f16, {rows, H, W, hd});
+            const tensor kw = gather_full(be, layer, full.size(), false).first;
             be.run(make_op(ps,
                            {make_tensor(probe_q_[size_t(layer)].get(), dtype::f32, {np, nq, hd}), t[0], kw, t[1],
                             make_tensor(probe_lse_[size_t(layer)].get(), dtype::f32, {np, nq}), t[2], t[3]},
@@ -526,13 +590,33 @@ class quant_method : public kv_method {
         return sums;
     }
 
+    // The gather table of `full`'s windows (window_pages.h), uploaded for the flush's layers.
+    void upload_gather_ids(backend & be, const std::vector<request_state *> & full) {
+        std::vector<int32_t> ids;
+        for (const request_state * r : full) append_window_rows(ids, win_, r->win_pages, c_.window);
+        gather_ids_ = upload_index_tables(be, gather_tables_, {ids})[0];
+    }
+
+    // Empties the windows of `full`: their pages go back to the pool.
+    void empty_windows(const std::vector<request_state *> & full) {
+        for (request_state * r : full) {
+            win_pool_->release(r->win_pages);
+            r->win_pages.clear();
+            r->win_len = 0;
+            r->probe_pos.clear();
+        }
+    }
+
     // Quantizes the full windows of `full` into window / block blocks each (one kv_quantize per
     // layer for all of them) and empties them.
-    void flush_windows(backend & be, const std::vector<request_state *> & full) {
+    void flush_windows(backend & be, std::vector<request_state *> full) {
         const int64_t H = shape_.n_kv_heads, W = c_.window, G = q_.block_tokens();
         const int64_t n_blocks = W / G;
+        std::sort(full.begin(), full.end(),
+                  [](const request_state * a, const request_state * b) { return a->row < b->row; });
         std::vector<std::vector<int32_t>> new_slots;
         for (size_t f = 0; f < full.size(); ++f) new_slots.push_back(take_slots(n_blocks));
+        upload_gather_ids(be, full);
         int64_t n_keys = 0;
         const std::vector<float> sums = window_scores(be, full, n_keys);
         const int64_t n_lo = hq::regular_count(W, c_.ratio), n_hi = W - n_lo;
@@ -546,8 +630,8 @@ class quant_method : public kv_method {
                     for (int64_t i = 0; i < W; ++i) key_pos[size_t(i)] = r.win_start + int32_t(i);
                     for (int64_t h = 0; h < H; ++h)
                         order[size_t(h)] = hq::split_by_saliency(
-                            hq::normalized_scores(sums.data() + (layer * H + h) * n_keys + int64_t(r.row) * W, key_pos,
-                                                  r.probe_pos, hq::nnz_mode::probe, key_pos.back()),
+                            hq::normalized_scores(sums.data() + (layer * H + h) * n_keys + int64_t(f) * W,
+                                                  key_pos, r.probe_pos, hq::nnz_mode::probe, key_pos.back()),
                             c_.ratio);
                 } else {
                     for (auto & o : order) {
@@ -556,8 +640,8 @@ class quant_method : public kv_method {
                     }
                 }
                 // Block i takes hi tokens [i*hi_cap, ...) of the salient list and lo tokens likewise;
-                // tokens are numbered in the whole window pool (row * window + slot).
-                const int32_t base = r.row * int32_t(W);
+                // tokens are numbered in the gathered windows (f * window + slot).
+                const int32_t base = int32_t(f) * int32_t(W);
                 for (int64_t bi = 0; bi < n_blocks; ++bi) {
                     const int32_t hi = int32_t(std::clamp<int64_t>(n_hi - bi * q_.hi_tokens, 0, q_.hi_tokens));
                     const int32_t lo = int32_t(std::clamp<int64_t>(n_lo - bi * q_.lo_tokens, 0, q_.lo_tokens));
@@ -573,27 +657,31 @@ class quant_method : public kv_method {
                 }
             }
             const auto t = upload_index_tables(be, layer_tables_, {plan, rows});
+            const auto [kw, vw] = gather_full(be, layer, full.size(), true);
             kv_quantize_params kp;
-            kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = shape_.max_requests * W;
+            kp.q = q_, kp.n_blocks = int64_t(plan.size() / 3), kp.n_src_tokens = int64_t(full.size()) * W;
             kp.row_tokens = W, kp.n_slots = n_slots_;
-            be.run(make_op(kp, {window_pool(wk_, layer), window_pool(wv_, layer), t[0], t[1]}, {block_pool(layer)}));
+            be.run(make_op(kp, {kw, vw, t[0], t[1]}, {block_pool(layer)}));
         }
-        for (size_t f = 0; f < full.size(); ++f) {
-            request_state & r = *full[f];
-            r.slots.insert(r.slots.end(), new_slots[f].begin(), new_slots[f].end());
-            r.win_len = 0;
-            r.probe_pos.clear();
-        }
+        for (size_t f = 0; f < full.size(); ++f)
+            full[f]->slots.insert(full[f]->slots.end(), new_slots[f].begin(), new_slots[f].end());
+        empty_windows(full);
     }
 
     // recompress=all: every token of the requests re-quantized (kv_method_requant.h), windows emptied.
     void requant_windows(backend & be, const std::vector<request_state *> & full) {
-        requant_state st{q_, shape_, c_.window, c_.ratio, c_.saliency, probe_cap_, n_slots_, pool_, wk_, wv_,
-                         probe_q_, probe_lse_, [this](int64_t n) { return take_slots(n); }};
+        requant_state st{q_,          shape_,
+                         c_.window,   c_.ratio,
+                         c_.saliency, probe_cap_,
+                         n_slots_,    pool_,
+                         win_,        wk_,
+                         wv_,         probe_q_,
+                         probe_lse_,  [this](int64_t n) { return take_slots(n); }};
         std::vector<requant_request> reqs;
-        for (request_state * r : full) reqs.push_back({&r->slots, r->row, r->win_start, &r->probe_pos});
+        for (request_state * r : full)
+            reqs.push_back({&r->slots, r->row, r->win_start, &r->probe_pos, &r->win_pages});
         requant_.flush(be, st, reqs);
-        for (request_state * r : full) r->win_len = 0, r->probe_pos.clear();
+        empty_windows(full);
     }
 
     quant_method_config c_;
@@ -602,6 +690,11 @@ class quant_method : public kv_method {
     int64_t n_slots_ = 0, nnz_blocks_ = 0, max_tokens_ = 0;
     int32_t probe_cap_ = 0;
     std::vector<buffer_ptr> pool_, wk_, wv_, probe_q_, probe_lse_;
+    window_pool_shape win_;  // the window pages of every layer's wk_ / wv_
+    int64_t win_ppr_ = 0;    // pages per full window
+    std::unique_ptr<host::page_pool> win_pool_;
+    buffer_ptr flush_ws_, gather_tables_;  // a flush's gathered windows and their gather table
+    tensor gather_ids_;
     buffer_ptr scratch_, step_tables_, layer_tables_, scores_buf_, lse_, prompt_lse_;
     buffer_ptr prefill_tables_, rows_buf_;  // a prefill step's tables; select_salient's rows
     std::vector<tensor> decode_tables_, prefill_views_;

@@ -3,9 +3,10 @@
 // the most recent tokens; decode attention reads both (attn_decode_quant) without an fp16 copy of
 // the cache. What differs between the methods is which tokens go to which precision and when.
 //
-// Storage per layer: pool u8 [n_slots, slot_bytes]; window K and V f16 [max_requests, n_kv_heads,
-// window, head_dim] (one row per request, taken at its first window token, held until it ends).
-// A request's slots hold the same block numbers in every layer (one host allocation per block).
+// Storage per layer: pool u8 [n_slots, slot_bytes]; window K and V in pages of the engine's page
+// size, f16 [max_requests * ceil(window / page), n_kv_heads, page, head_dim] (window_pages.h): a
+// request takes a page when its window reaches it and returns them all when the window is flushed.
+// A request's slots and window pages hold the same numbers in every layer (one host allocation each).
 //
 // Flow:
 //  - prefill: the prompt attends to its exact K/V (as with "none"); then, per layer, the prompt's
@@ -29,10 +30,10 @@
 //    in a step flush together: one ragged probe_scores call per layer over the window pool, one
 //    download for all layers, one kv_quantize per layer.
 //
-// Accounting: bytes_held(seq) = its slots x slot_bytes + its window row, K and V, every layer;
+// Accounting: bytes_held(seq) = its slots x slot_bytes + its window pages, K and V, every layer;
 // bytes_for_tokens(t) = what a request holds right after a prefill of t tokens (no decode window
-// for zipcache; kivi's residual row when t mod window > 0); bytes_allocated = pools + windows
-// (+ zipcache's buffers of decode probe queries and their log-denominators, kept until a flush).
+// for zipcache; kivi's residual pages when t mod window > 0); bytes_allocated = pools + window
+// pages (+ zipcache's buffers of decode probe queries and their log-denominators, kept until a flush).
 #pragma once
 
 #include <cstdint>

@@ -99,8 +99,8 @@ std::unique_ptr<kv_method> make_kv_method_zipcache(const method_options & o) {
     c.recompress_all = r.word("recompress", "append", {"append", "all"}) == "all";
     c.select_on_device = r.word("select", "device", {"device", "host"}) == "device";
     // tail: what happens to the prompt's last len % block tokens. quantize (the paper's prefill):
-    // they become a partial block. window: they stay fp16 in the decode window row (which decoding
-    // allocates anyway, so the bytes held are the same) until it fills, as KIVI keeps its residual.
+    // they become a partial block. window: they stay fp16 in the decode window (in its pages, taken
+    // as it fills) until it fills, as KIVI keeps its residual.
     const bool tail_window = r.word("tail", "quantize", {"quantize", "window"}) == "window";
     const lowrank_options lr = lowrank_option(r, c.name);
     r.finish();

@@ -52,7 +52,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
     // Plan every request: its workspace rows, its tokens, its blocks after the flush.
     std::vector<job> jobs(reqs.size());
     int64_t total_rows = 0, total_scores = 0;
-    std::vector<std::vector<int32_t>> tables;  // per job: old slots, probe positions, key positions
+    std::vector<std::vector<int32_t>>
+        tables;  // per job: old slots, probe positions, key positions, window rows
     for (size_t f = 0; f < reqs.size(); ++f) {
         const requant_request & r = reqs[f];
         job & j = jobs[f];
@@ -82,6 +83,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
         tables.push_back(*r.slots);
         tables.push_back(*r.probe_pos);
         tables.push_back(j.key_pos);
+        tables.emplace_back();
+        append_window_rows(tables.back(), st.win, *r.win_pages, W);
     }
     // New slots last, so a full pool fails before anything was written.
     for (size_t f = 0; f < reqs.size(); ++f) {
@@ -110,18 +113,15 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
             if (j.old_blocks > 0) {
                 kv_dequantize_params dp;
                 dp.q = q, dp.n_blocks = j.old_blocks, dp.row_tokens = G, dp.n_slots = st.n_slots;
-                be.run(make_op(dp, {pool, t[3 * f]},
+                be.run(make_op(dp, {pool, t[4 * f]},
                                {make_tensor(ws_k_.get(), dtype::f32, {j.old_blocks * row_elems}, at),
                                 make_tensor(ws_v_.get(), dtype::f32, {j.old_blocks * row_elems}, at)}));
             }
-            const size_t win_at = size_t(int64_t(r.row) * row_elems) * 2,
-                         ws_at = at + size_t(j.old_blocks * row_elems) * 4;
-            be.run(make_op(copy_params{row_elems},
-                           {make_tensor(st.win_k[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
-                           {make_tensor(ws_k_.get(), dtype::f32, {row_elems}, ws_at)}));
-            be.run(make_op(copy_params{row_elems},
-                           {make_tensor(st.win_v[size_t(layer)].get(), dtype::f16, {row_elems}, win_at)},
-                           {make_tensor(ws_v_.get(), dtype::f32, {row_elems}, ws_at)}));
+            const size_t ws_at = at + size_t(j.old_blocks * row_elems) * 4;
+            gather_window(be, st.win, *st.win_k[size_t(layer)], t[4 * f + 3], H * W,
+                          make_tensor(ws_k_.get(), dtype::f32, {H * W, hd}, ws_at));
+            gather_window(be, st.win, *st.win_v[size_t(layer)], t[4 * f + 3], H * W,
+                          make_tensor(ws_v_.get(), dtype::f32, {H * W, hd}, ws_at));
             // 2. The window's probes over all of the request's tokens.
             if (!j.scored) continue;
             const int64_t np = int64_t(r.probe_pos->size()), slot0 = int64_t(r.row) * st.probe_cap;
@@ -132,7 +132,7 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
                 ps,
                 {make_tensor(st.probe_q[size_t(layer)].get(), dtype::f32, {np, nq, hd},
                              size_t(slot0 * q_row) * 4),
-                 t[3 * f + 1], make_tensor(ws_k_.get(), dtype::f32, {j.rows, H, G, hd}, at), t[3 * f + 2],
+                 t[4 * f + 1], make_tensor(ws_k_.get(), dtype::f32, {j.rows, H, G, hd}, at), t[4 * f + 2],
                  make_tensor(st.probe_lse[size_t(layer)].get(), dtype::f32, {np, nq},
                              size_t(slot0 * nq) * 4)},
                 {make_tensor(scores_.get(), dtype::f32, {H, j.rows * G}, size_t(j.scores_off) * 4)}));

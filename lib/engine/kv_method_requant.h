@@ -7,8 +7,8 @@
 // At a flush of request r (tokens: N_old quantized in its blocks, W in its window; the blocks hold
 // the fill layout of N_old tokens, see block_counts()), per layer:
 //   1. kv_dequantize of r's blocks into an f32 workspace, head-major rows of G = block tokens
-//      ([rows, n_kv_heads, G, head_dim], row_tokens = G); the window row (f16 [n_kv_heads, W,
-//      head_dim], W == G) is copied (converted) into the next row;
+//      ([rows, n_kv_heads, G, head_dim], row_tokens = G); the window (W == G tokens in its pages,
+//      window_pages.h) is gathered (converted) into the next row;
 //   2. saliency (ratio strictly between 0 and 1): probe_scores of the window's probe queries (with
 //      their full-row log-denominators from attn_decode_quant, as the append flush) over ALL of
 //      those tokens. Old tokens get key position 0, so every probe sees them and their nnz is the
@@ -39,6 +39,7 @@
 #include "core/backend.h"
 #include "core/qblock.h"
 #include "engine/kv_method.h"
+#include "engine/window_pages.h"
 
 namespace kvcomp::engine {
 
@@ -52,7 +53,8 @@ struct requant_state {
     int32_t probe_cap = 0;  // probe rows per window row in probe_q / probe_lse
     int64_t n_slots = 0;
     const std::vector<buffer_ptr> & pool;                     // per layer: u8 [n_slots * slot_bytes]
-    const std::vector<buffer_ptr> &win_k, &win_v;             // per layer: f16 [max_requests, H, window, hd]
+    const window_pool_shape & win;                            // the window pages of win_k / win_v
+    const std::vector<buffer_ptr> &win_k, &win_v;             // per layer: f16 window pages
     const std::vector<buffer_ptr> &probe_q, &probe_lse;       // per layer (saliency): f32 rows per window row
     std::function<std::vector<int32_t>(int64_t)> take_slots;  // n new slots (throws when the pool is full)
 };
@@ -63,6 +65,7 @@ struct requant_request {
     int32_t row = 0;               // its window row
     int32_t win_start = 0;         // position of its window's first token = tokens in its blocks
     const std::vector<int32_t> * probe_pos = nullptr;  // positions of its window's probe steps
+    const std::vector<int32_t> * win_pages = nullptr;  // its window's pages, in slot order
 };
 
 // Tokens per block of the fill layout of n tokens at `ratio` (hi and lo segments fill in parallel,

@@ -55,7 +55,7 @@ support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
         return support::no("a block head of " + std::to_string(p.q.head_bytes()) +
                            " bytes does not fit in local memory with the kernel's other arrays");
     if (p.q.slot_bytes() > 0x7fffffff || p.max_tokens > 0x7fffffff || p.n_slots > 0x7fffffff ||
-        p.win_tokens > 0x7fffffff)
+        p.win_tokens > 0x7fffffff || p.n_win_pages > 0x7fffffff || p.win_page_tokens > 0x7fffffff)
         return support::no("slot size, token counts and slots must fit in 32-bit ints");
     return support::yes();
 }
@@ -103,10 +103,11 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     const tensor & out = op.dst[0];
     const tensor & lse = op.dst[1];
     const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
-    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]), arg(op.src[5]),
-             arg(op.src[6]), arg(out), arg(lse), part, ml_off, to_int(q.n_kv_heads), to_int(p.n_q_heads),
-             to_int(p.n_slots), to_int(p.n_win_rows), to_int(p.win_tokens), cl_int(n_splits), to_int(chunk),
-             cl_float(p.scale * kLog2e));
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+             arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(out), arg(lse), part, ml_off,
+             to_int(q.n_kv_heads), to_int(p.n_q_heads), to_int(p.n_slots), to_int(p.n_win_rows),
+             to_int(p.win_tokens), to_int(p.n_win_pages), to_int(p.win_page_tokens), cl_int(n_splits),
+             to_int(chunk), cl_float(p.scale * kLog2e));
     const size_t local[3] = {nt, 1, 1};
     const size_t global[3] = {nt * size_t(n_splits), size_t(q.n_kv_heads * subs), size_t(p.batch)};
     be.launch(k, 3, global, local);

@@ -7,7 +7,8 @@
 //   (c) streaming (T16): blocks held after a prefill of L and T decode steps, flushes exactly at
 //       multiples of the window, everything returned when requests end;
 //   (d) byte accounting (T15): bytes_allocated is what allocate() asked the backend for, and a
-//       request's bytes are its slots x slot_bytes x layers + its fp16 window row;
+//       request's bytes are its slots x slot_bytes x layers + its fp16 window pages (16 tokens each,
+//       taken as the window fills and returned at a flush);
 //   (e) bad options fail with errors naming the option.
 #include <gtest/gtest.h>
 
@@ -62,16 +63,25 @@ qblock_layout expected_layout(const std::string & method, int32_t block, double 
     return q;
 }
 
-// zipcache's bytes on the tiny model at block G, ratio 0.4, 4/2 bits: a block slot and an fp16
-// window row over all layers, and the blocks a prompt of n tokens fills (its hi and lo segments
-// fill in parallel: 40 tokens are 16 hi / 24 lo -> 3 blocks of 7 hi + 9 lo; 23 are 10 / 13 -> 2).
+// Window pages a window of n tokens holds (the tiny shapes' page size, 16 tokens), and their bytes
+// over all layers, K and V, fp16.
+int64_t window_pages(int64_t n) {
+    return (n + 15) / 16;
+}
+uint64_t window_bytes(int64_t n) {
+    const auto & m = tiny_cfg();
+    return uint64_t(window_pages(n) * m.num_key_value_heads * 16 * m.head_dim) * 2 * 2 *
+           uint64_t(m.num_hidden_layers);
+}
+
+// zipcache's bytes on the tiny model at block G, ratio 0.4, 4/2 bits: a block slot over all
+// layers, and the blocks a prompt of n tokens fills (its hi and lo segments fill in parallel: 40
+// tokens are 16 hi / 24 lo -> 3 blocks of 7 hi + 9 lo; 23 are 10 / 13 -> 2).
 struct zipcache_bytes {
     qblock_layout q;
-    uint64_t slot = 0, row = 0;
+    uint64_t slot = 0;
     explicit zipcache_bytes(int32_t G) : q(expected_layout("zipcache", G, 0.4, 4, 2)) {
-        const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
-        slot = uint64_t(q.slot_bytes()) * L;
-        row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
+        slot = uint64_t(q.slot_bytes()) * uint64_t(tiny_cfg().num_hidden_layers);
     }
     int64_t prompt_blocks(int64_t n) const {
         const int64_t lo = host::quant::regular_count(n, 0.4), hi = n - lo;
@@ -166,8 +176,9 @@ TEST_P(quant_methods_on, kivi_window_covering_the_sequence_matches_reference_and
     const auto be = create_backend(GetParam());
     auto m = engine::create_kv_method("kivi", {{"residual", "256"}, {"group", "32"}});
     int64_t wrong_pages = 0;
-    const auto r = run_forced(*be, *m, seq, plen, n_decode, [&](int64_t) {
-        wrong_pages += m->pages_in_use() != 2;  // one window row per request, no blocks
+    const auto r = run_forced(*be, *m, seq, plen, n_decode, [&](int64_t T) {
+        // no blocks; each request's window pages cover its tokens
+        wrong_pages += m->pages_in_use() != window_pages(37 + T) + window_pages(13 + T);
     });
     EXPECT_EQ(wrong_pages, 0);
     for (size_t b = 0; b < 2; ++b) {
@@ -240,8 +251,9 @@ TEST_P(quant_methods_on, zipcache_tail_window_covering_the_sequence_equals_kivi_
     auto zip = engine::create_kv_method("zipcache", {{"block", "256"}, {"tail", "window"}});
     auto kivi = engine::create_kv_method("kivi", {{"residual", "256"}, {"group", "32"}});
     int64_t wrong_pages = 0;
-    const auto rz = run_forced(*be, *zip, seq, plen, n_decode, [&](int64_t) {
-        wrong_pages += zip->pages_in_use() != 2;  // one window row per request, no blocks
+    const auto rz = run_forced(*be, *zip, seq, plen, n_decode, [&](int64_t T) {
+        // no blocks; each request's window pages cover its tokens
+        wrong_pages += zip->pages_in_use() != window_pages(37 + T) + window_pages(13 + T);
     });
     EXPECT_EQ(wrong_pages, 0);
     const auto rk = run_forced(*be, *kivi, seq, plen, n_decode);
@@ -265,8 +277,8 @@ INSTANTIATE_TEST_SUITE_P(quant_backends, quant_methods_on, ::testing::ValuesIn(t
                          test::backend_param_name());
 
 // (c) T16 streaming counts, zipcache: blocks for the prompt, then one more block per `block` decode
-// tokens (the window flushes exactly when it holds `block` tokens); the window row is taken at the
-// first decode token and kept.
+// tokens (the window flushes exactly when it holds `block` tokens); window pages are taken as the
+// window fills and returned at each flush.
 TEST(quant_methods, zipcache_streaming_block_counts) {
     const int32_t G = 16;
     const zipcache_bytes z(G);
@@ -274,7 +286,7 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
     const std::vector<int64_t> plen = {40, 23};
     const int64_t n_decode = 40;
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 41), test::make_prompt(23 + n_decode, 42)};
-    const uint64_t slot = z.slot, row = z.row;
+    const uint64_t slot = z.slot;
     auto prompt_blocks = [&](int64_t n) { return z.prompt_blocks(n); };
     ASSERT_EQ(prompt_blocks(40), 3);
     ASSERT_EQ(prompt_blocks(23), 2);
@@ -285,10 +297,9 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
         int64_t pages = 0;
         for (int32_t b = 0; b < 2; ++b) {
             const int64_t blocks = prompt_blocks(plen[size_t(b)]) + T / G;
-            const bool has_row = T > 0;
-            EXPECT_EQ(m->bytes_held(b, plen[size_t(b)] + T), uint64_t(blocks) * slot + (has_row ? row : 0))
+            EXPECT_EQ(m->bytes_held(b, plen[size_t(b)] + T), uint64_t(blocks) * slot + window_bytes(T % G))
                 << "request " << b << " after " << T << " decode steps";
-            pages += blocks + has_row;
+            pages += blocks + window_pages(T % G);
         }
         EXPECT_EQ(m->pages_in_use(), pages) << "after " << T << " decode steps";
         ++checked;
@@ -296,7 +307,7 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
     EXPECT_EQ(checked, n_decode + 1);
     EXPECT_EQ(m->bytes_for_tokens(40), uint64_t(prompt_blocks(40)) * slot);  // right after a prefill
     m->release(0);
-    EXPECT_EQ(m->pages_in_use(), prompt_blocks(23) + n_decode / G + 1);
+    EXPECT_EQ(m->pages_in_use(), prompt_blocks(23) + n_decode / G + window_pages(n_decode % G));
     m->release(1);
     m->release(5);  // unknown: no-op
     EXPECT_EQ(m->pages_in_use(), 0);
@@ -304,15 +315,15 @@ TEST(quant_methods, zipcache_streaming_block_counts) {
 }
 
 // (c) zipcache tail=window: the prompt's first L - L mod block tokens become blocks at the prefill
-// (hi and lo segments filling in parallel, as above), the rest waits in the window row taken at the
-// prefill, which flushes into one block each time it holds `block` tokens.
+// (hi and lo segments filling in parallel, as above), the rest waits in the window (pages taken at
+// the prefill), which flushes into one block each time it holds `block` tokens.
 TEST(quant_methods, zipcache_tail_window_streaming_block_counts) {
     const int32_t G = 16;
     const zipcache_bytes z(G);
     const std::vector<int64_t> plen = {40, 23};
     const int64_t n_decode = 40;
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 43), test::make_prompt(23 + n_decode, 44)};
-    const uint64_t slot = z.slot, row = z.row;
+    const uint64_t slot = z.slot;
     auto prompt_blocks = [&](int64_t n) { return z.prompt_blocks(n); };
     const auto be = create_backend("cpu");
     auto m = engine::create_kv_method("zipcache", {{"block", std::to_string(G)}, {"tail", "window"}});
@@ -322,15 +333,17 @@ TEST(quant_methods, zipcache_tail_window_streaming_block_counts) {
         for (int32_t b = 0; b < 2; ++b) {
             const int64_t n = plen[size_t(b)], quantized = n - n % G;
             const int64_t blocks = prompt_blocks(quantized) + (n % G + T) / G;
-            EXPECT_EQ(m->bytes_held(b, n + T), uint64_t(blocks) * slot + row)
+            const int64_t in_window = (n % G + T) % G;
+            EXPECT_EQ(m->bytes_held(b, n + T), uint64_t(blocks) * slot + window_bytes(in_window))
                 << "request " << b << " after " << T << " decode steps";
-            pages += blocks + 1;
+            pages += blocks + window_pages(in_window);
         }
         EXPECT_EQ(m->pages_in_use(), pages) << "after " << T << " decode steps";
         ++checked;
     });
     EXPECT_EQ(checked, n_decode + 1);
-    EXPECT_EQ(m->bytes_for_tokens(40), uint64_t(prompt_blocks(32)) * slot + row);  // right after a prefill
+    EXPECT_EQ(m->bytes_for_tokens(40),
+              uint64_t(prompt_blocks(32)) * slot + window_bytes(8));  // after a prefill
 }
 
 // (c) kivi: the prompt's first L - L mod residual tokens are blocks, the rest the window; the window
@@ -343,7 +356,6 @@ TEST(quant_methods, kivi_streaming_block_counts) {
     const std::vector<std::vector<int32_t>> seq = {test::make_prompt(40 + n_decode, 51), test::make_prompt(23 + n_decode, 52)};
     const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
     const uint64_t slot = uint64_t(q.slot_bytes()) * L;
-    const uint64_t row = uint64_t(q.n_kv_heads * R * q.head_dim) * 2 * 2 * L;
     const auto be = create_backend("cpu");
     auto m = engine::create_kv_method("kivi", {{"group", std::to_string(G)}, {"residual", std::to_string(R)}});
     run_forced(*be, *m, seq, plen, n_decode, [&](int64_t T) {
@@ -352,15 +364,16 @@ TEST(quant_methods, kivi_streaming_block_counts) {
             const int64_t n = plen[size_t(b)], quantized = n - n % R;
             const int64_t flushed = (n % R + T) / R;  // full windows so far
             const int64_t blocks = quantized / G + flushed * (R / G);
-            const bool has_row = n % R > 0 || T > 0;
-            EXPECT_EQ(m->bytes_held(b, n + T), uint64_t(blocks) * slot + (has_row ? row : 0))
+            const int64_t in_window = (n % R + T) % R;
+            EXPECT_EQ(m->bytes_held(b, n + T), uint64_t(blocks) * slot + window_bytes(in_window))
                 << "request " << b << " after " << T << " decode steps";
-            pages += blocks + has_row;
+            pages += blocks + window_pages(in_window);
         }
         EXPECT_EQ(m->pages_in_use(), pages) << "after " << T << " decode steps";
     });
     for (int64_t t : {0, 1, 16, 31, 32, 33, 40, 64, 100})
-        EXPECT_EQ(m->bytes_for_tokens(t), uint64_t((t - t % R) / G) * slot + (t % R ? row : 0)) << "tokens " << t;
+        EXPECT_EQ(m->bytes_for_tokens(t), uint64_t((t - t % R) / G) * slot + window_bytes(t % R))
+            << "tokens " << t;
     m->release(0), m->release(1);
     EXPECT_EQ(m->pages_in_use(), 0);
 }
@@ -371,7 +384,7 @@ TEST(quant_methods, engine_peaks_and_release) {
     const int32_t G = 16;
     const auto q = expected_layout("zipcache", G, 0.4, 4, 2);
     const uint64_t L = uint64_t(tiny_cfg().num_hidden_layers);
-    const uint64_t slot = uint64_t(q.slot_bytes()) * L, row = uint64_t(q.n_kv_heads * G * q.head_dim) * 2 * 2 * L;
+    const uint64_t slot = uint64_t(q.slot_bytes()) * L;
     auto cfg = engine_cfg("cpu", "zipcache", {{"block", "16"}});
     cfg.max_batch = 2;
     engine::engine e(cfg);
@@ -386,8 +399,12 @@ TEST(quant_methods, engine_peaks_and_release) {
     };
     for (size_t i = 0; i < 3; ++i) {
         EXPECT_EQ(e.result(ids[i]).finish_reason, "length");
-        EXPECT_EQ(e.result(ids[i]).kv_bytes_peak, (prompt_blocks(int64_t(prompts[i].size())) + 34 / 16) * slot + row)
-            << "request " << i;
+        // Held after each step: the blocks so far and the window's page (T mod 16 tokens, 16 a page).
+        uint64_t peak = 0;
+        for (int64_t T = 0; T <= 34; ++T)
+            peak = std::max(peak, (prompt_blocks(int64_t(prompts[i].size())) + uint64_t(T / 16)) * slot +
+                                      window_bytes(T % 16));
+        EXPECT_EQ(e.result(ids[i]).kv_bytes_peak, peak) << "request " << i;
     }
     EXPECT_EQ(e.stats().method_pages_in_use, 0);
     EXPECT_EQ(e.stats().pages_in_use, 0);
@@ -470,7 +487,8 @@ TEST(quant_methods, bytes_allocated_is_what_allocate_asked_for) {
                                              q.lo_tokens ? (lo + q.lo_tokens - 1) / q.lo_tokens : 0) +
                                     (c.ratio > 0 && c.ratio < 1 ? 1 : 0) + 2 * max_req;
             const uint64_t pools = uint64_t(n_slots * q.slot_bytes());
-            const uint64_t windows = 2 * uint64_t(max_req * m.num_key_value_heads * c.window * m.head_dim) * 2;
+            const uint64_t windows =
+                2 * uint64_t(max_req * window_pages(c.window) * m.num_key_value_heads * 16 * m.head_dim) * 2;
             EXPECT_EQ(method->bytes_allocated(), cb.bytes) << "allocate() asked the backend for " << cb.bytes;
             if (c.method == "kivi") {
                 EXPECT_EQ(method->bytes_allocated(), (pools + windows) * uint64_t(m.num_hidden_layers));
