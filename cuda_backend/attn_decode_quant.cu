@@ -565,6 +565,10 @@ void run_attn_decode_quant(context & ctx, const op_desc & op) {
     a.n_win_pages = int(p.n_win_pages);
     a.win_page_tokens = int(p.win_page_tokens);
     a.win_ppr = int(p.win_pages_per_row());
+    a.win_page_shift = -1;
+    if ((p.win_page_tokens & (p.win_page_tokens - 1)) == 0)
+        for (int sh = 0; (int64_t(1) << sh) <= p.win_page_tokens; ++sh)
+            if ((int64_t(1) << sh) == p.win_page_tokens) a.win_page_shift = sh;
     a.qscale = p.scale * kLog2e;
 
     a.stage_bytes = int(stage_bytes_for(q));
