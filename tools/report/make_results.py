@@ -29,8 +29,9 @@ from bench_table import bench_vs_none  # noqa: E402
 from probe_table import probe_kernel_table, probe_kernel_table_h200  # noqa: E402
 from lowrank_section import SOURCES as LOWRANK_SOURCES, lowrank_section  # noqa: E402
 from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E402
-from quant_grid_section import SOURCE as QUANT_GRID_SOURCE, quant_grid_section  # noqa: E402
+from quant_grid_section import SOURCES as QUANT_GRID_SOURCES, quant_grid_section  # noqa: E402
 from quant_decode_section import quant_decode_section  # noqa: E402
+from paged_window_section import E2E_SOURCE as PAGED_WINDOW_E2E, paged_window_section  # noqa: E402
 from ocl_softmax_section import ocl_softmax_section  # noqa: E402
 from launch_section import launch_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
@@ -49,7 +50,8 @@ all_results = load_results(d)
 TTFT_PREFILL_SOURCE = "bench_ttft_prefill_h200.csv"  # TTFT before / after the prefill change (own table)
 results = [r for r in all_results
            if r["source"] not in LOWRANK_SOURCES
-           and r["source"] not in (REQUANT_SOURCE, QUANT_GRID_SOURCE, TTFT_PREFILL_SOURCE) + WORKERS_E2E_SOURCES]
+           and r["source"] not in (REQUANT_SOURCE, TTFT_PREFILL_SOURCE, PAGED_WINDOW_E2E) + QUANT_GRID_SOURCES
+           + WORKERS_E2E_SOURCES]
 
 
 def rows(name):
@@ -121,7 +123,8 @@ if acc:
             "included); ratio = none bytes / method bytes. `window:window=N` keeps the N most recent tokens",
             "(prefill attends over the whole prompt). `kivi:bits=B`: KIVI (2/4-bit, groups of 32, 32 fp16 residual",
             "tokens); `zipcache:ratio=r`: ZipCache (the r most salient tokens at 4 bits, the rest at 2, blocks of",
-            "100; its bytes include the fp16 decode window row of 100 tokens held once decoding starts). Quantized",
+            "100; these rows predate the paged window (6c2b1e5): their bytes include a whole fp16 window row of 100",
+            "tokens, held once decoding starts). Quantized",
             "rows: `tools/report/measure_quant_methods.sh`. Examples per point are few (CPU time): read a value as",
             "k of n, not as a rate.", ""]
     for task in sorted({r["task"] for r in acc}):
@@ -313,6 +316,7 @@ if quant:
                 out.append(f"| {op[7:]} | {b} | {ctx} | {fmt(v, 4)} | {fmt(w, 4)} | {v / w:.2f}× |")
         out.append("")
     out += quant_decode_section(d)
+    out += paged_window_section(d, all_results)
     out += ocl_softmax_section(d)
     out += launch_section(d)
 
@@ -335,7 +339,8 @@ if e2e:
             "every request of the batch has its first token; TBT is the median gap between tokens; floor = (weight",
             "bytes + the batch's KV bytes) / copy bandwidth of the run; KV bytes per request = the most the method held",
             "(`none`: fp16 pages; `kivi`: 2-bit blocks of 32 + 32-token fp16 residual; `zipcache`: 4/2-bit blocks of",
-            "100 with saliency + its fp16 decode window row). transformers' `LlamaForCausalLM` (bf16, sdpa,",
+            "100 with saliency + its fp16 decode window: a whole row of 100 tokens in these runs, which predate the",
+            "paged window of 6c2b1e5). transformers' `LlamaForCausalLM` (bf16, sdpa,",
             f"dynamic cache, last-position logits only; torch {hf['torch'] if hf else '–'}) was timed in the same visit by",
             "`tools/gpu_host/hf_speed.py`.", "",
             "| method | backend | batch | prompt | TTFT ms | TBT ms | decode tok/s | KV bytes / request | floor ms | TBT / floor | transformers TTFT ms | transformers TBT ms | transformers tok/s | speed-up (tok/s) |",
