@@ -8,6 +8,12 @@
 //     ceil(M / TM) * TM / WM, batch). Each work-group computes a TM x TN tile of C through TK-deep
 //     slices of A and B staged in local memory (as fp32); each work-item owns a WM x WN micro-tile
 //     strided by the work-group shape, so stores and local reads are contiguous across work-items.
+//   kvc_gemv_staged(same arguments)
+//     For 4 <= M <= 16 with TRANS_B (decode at batch 4..16). NDRange: 3-D, local = (LANES, COLS, 1),
+//     global = (LANES, ceil(N / (COLS * NC)) * COLS, batch). Each work-item owns NC columns; per
+//     chunk of 4 * LANES channels the work-group stages the M rows of A in local memory once, so a
+//     value of A read from memory serves COLS * NC columns (kvc_gemv_small_m reads all of A for
+//     every column: at M = 16, f32 A and f16 B, 32 bytes of A per byte of B, from the caches).
 //   kvc_gemv_small_m(same arguments)
 //     For M <= 16 with TRANS_B (decode-time weight products, memory bound on B). NDRange: 3-D,
 //     local = (LANES, COLS, 1), global = (LANES, ceil(N / COLS) * COLS, batch). COLS columns of C
@@ -17,7 +23,8 @@
 // Layout: A [M, K]; B [K, N], or [N, K] when TRANS_B; C [M, N]; batch item i starts at
 // i * stride_x elements (stride 0 broadcasts the operand).
 // Preamble defines: A_DT, B_DT, C_DT (KVC_F32 / KVC_F16), TRANS_B (0/1);
-//   tiled: TM, TN, TK, WM, WN;  gemv: M_ROWS (= M <= LANES), LANES, COLS (powers of two), VEC_A, VEC_B
+//   tiled: TM, TN, TK, WM, WN;  gemv: M_ROWS (= M <= LANES), LANES, COLS (powers of two), VEC_A, VEC_B,
+//   and NC for kvc_gemv_staged
 //   (1 when that operand's rows are 4-element aligned: aligned vector loads).
 
 #if defined(TM)
@@ -105,6 +112,75 @@ void kvc_gemm_tiled(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a
 #define KVC_B4(p, i) KVC_LOAD4(B_DT, p, i)
 #endif
 
+#if defined(NC)
+
+// Local floats: the staged A chunk [M_ROWS][LANES] float4, later reused for the reduction
+// [COLS][NC * M_ROWS][LANES + 1].
+#define KVC_STAGE_FLOATS (M_ROWS * LANES * 4)
+#define KVC_RED_FLOATS (COLS * NC * M_ROWS * (LANES + 1))
+#define KVC_LOCAL_FLOATS (KVC_STAGE_FLOATS > KVC_RED_FLOATS ? KVC_STAGE_FLOATS : KVC_RED_FLOATS)
+
+kernel __attribute__((reqd_work_group_size(LANES, COLS, 1)))
+void kvc_gemv_staged(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
+                     global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
+                     global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
+                     int M, int N, int K, float alpha, float beta) {
+    local float buf[KVC_LOCAL_FLOATS];
+    const int lane = get_local_id(0), col = get_local_id(1), tid = col * LANES + lane;
+    const int n0 = get_group_id(1) * (COLS * NC) + col * NC;  // this work-item's first column
+    const ulong item = get_global_id(2);
+    A += a_off + item * stride_a;
+    B += b_off + item * stride_b;
+    C += c_off + item * stride_c;
+
+    float acc[NC][M_ROWS];
+    for (int j = 0; j < NC; ++j)
+        for (int m = 0; m < M_ROWS; ++m) acc[j][m] = 0.0f;
+    const int k4 = K / 4;
+    for (int c0 = 0; c0 < k4; c0 += LANES) {
+        // The chunk's A rows into local memory, once for the work-group's COLS * NC columns.
+        for (int e = tid; e < M_ROWS * LANES; e += LANES * COLS) {
+            const int m = e / LANES, i = c0 + e % LANES;
+            vstore4(i < k4 ? KVC_A4(A + (ulong)m * K, i) : (float4)(0.0f), e, buf);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int i = c0 + lane;
+        if (i < k4) {
+            float4 b[NC];
+            for (int j = 0; j < NC; ++j)
+                b[j] = n0 + j < N ? KVC_B4(B + (ulong)(n0 + j) * K, i) : (float4)(0.0f);
+            for (int m = 0; m < M_ROWS; ++m) {
+                const float4 a = vload4(m * LANES + lane, buf);
+                for (int j = 0; j < NC; ++j) acc[j][m] += dot(a, b[j]);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int k = 4 * k4 + lane; k < K; k += LANES)  // K % 4 trailing elements
+        for (int j = 0; j < NC; ++j) {
+            const float b0 = n0 + j < N ? KVC_LOAD(B_DT, B + (ulong)(n0 + j) * K, k) : 0.0f;
+            for (int m = 0; m < M_ROWS; ++m) acc[j][m] += KVC_LOAD(A_DT, A + (ulong)m * K, k) * b0;
+        }
+    // Sum over the lanes: every (column, row) sum is one row of red, summed by one work-item.
+    local float * red = buf;
+    for (int j = 0; j < NC; ++j)
+        for (int m = 0; m < M_ROWS; ++m) red[((col * NC + j) * M_ROWS + m) * (LANES + 1) + lane] = acc[j][m];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = tid; r < COLS * NC * M_ROWS; r += LANES * COLS) {
+        const int cj = r / M_ROWS, m = r % M_ROWS;
+        const int n = get_group_id(1) * (COLS * NC) + cj;
+        if (n >= N || m >= M) continue;
+        float s = 0.0f;
+        for (int l = 0; l < LANES; ++l) s += red[r * (LANES + 1) + l];
+        const ulong o = (ulong)m * N + n;
+        float v = alpha * s;
+        if (beta != 0.0f) v += beta * KVC_LOAD(C_DT, C, o);
+        KVC_STORE(C_DT, C, o, v);
+    }
+}
+
+#else  // NC
+
 kernel __attribute__((reqd_work_group_size(LANES, COLS, 1)))
 void kvc_gemv_small_m(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
                       global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
@@ -156,5 +232,7 @@ void kvc_gemv_small_m(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride
         KVC_STORE(C_DT, C, o, v);
     }
 }
+
+#endif  // NC
 
 #endif  // M_ROWS

@@ -100,6 +100,12 @@ void full_list(list & l) {
             l.add<gemm_case>(c[0], c[1], c[2], gemm(17, 33, 65, tb));
         }
     l.add<gemm_case>(f32, f16, f32, gemm(3, 257, 4096, true));  // long accumulation
+    // Decode batches of 4..16 rows (OpenCL's kvc_gemv_staged): columns past a work-group's 16, a K
+    // with a tail past the last 4-element chunk and one past the last 128-element chunk.
+    l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 130, true));
+    l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 130, true));
+    l.add<gemm_case>(f32, f32, f32, gemm(4, 70, 256, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(9, 33, 4099, true));
     l.add<gemm_case>(f16, f16, f32, gemm(64, 100, 300, true));
     // Batched: gaps between items (untouched C gaps must stay untouched), packed, broadcasts.
     for (int i = 0; i < 4; ++i) {

@@ -51,6 +51,9 @@ namespace {
 // Up to this many rows of A the GEMV-style kernel (one pass over B, all rows at once) beats the
 // tiled kernel, whose 64-row tiles would be mostly padding (decode batches are 1..16 tokens).
 constexpr int64_t kMaxGemvRows = 16;
+// From this many rows the GEMV stages A in local memory (kvc_gemv_staged): kvc_gemv_small_m reads all
+// of A for every column, at 16 rows of f32 against f16 weights 32 bytes of A per byte of B.
+constexpr int64_t kMinStagedRows = 4;
 
 void run_clblast(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
@@ -103,8 +106,14 @@ void run_gemv(cl_backend & be, const op_desc & op) {
     auto rows_aligned = [&](const tensor & t, int64_t stride) {
         return elem_off(t) % 4 == 0 && p.k % 4 == 0 && stride % 4 == 0;
     };
-    const size_t lanes = 32;
-    const size_t cols = std::max<size_t>(1, std::min<size_t>(8, be.dev().max_work_group_size / lanes));
+    const size_t lanes = 32, wg_cols = std::max<size_t>(1, be.dev().max_work_group_size / lanes);
+    // From kMinStagedRows rows: kvc_gemv_staged, 4 x 4 columns per work-group, where its local array
+    // (the larger of the A chunk and the lane sums, gemm.cl) fits.
+    const size_t nc = 4, staged_cols = std::min<size_t>(4, wg_cols);
+    const size_t staged_local =
+        4 * std::max<size_t>(size_t(p.m) * lanes * 4, staged_cols * nc * size_t(p.m) * (lanes + 1));
+    const bool staged = p.m >= kMinStagedRows && staged_local <= be.dev().local_mem_bytes;
+    const size_t cols = staged ? staged_cols : std::min<size_t>(8, wg_cols), per_group = staged ? cols * nc : cols;
     defines defs;
     add_dtypes(defs, op);
     defs.add("M_ROWS", p.m)
@@ -112,10 +121,11 @@ void run_gemv(cl_backend & be, const op_desc & op) {
         .add("COLS", cols)
         .add("VEC_A", rows_aligned(op.src[0], p.stride_a) ? 1 : 0)
         .add("VEC_B", rows_aligned(op.src[1], p.stride_b) ? 1 : 0);
-    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_small_m");
+    if (staged) defs.add("NC", nc);
+    cl_kernel k = be.kernel("gemm.cl", defs, staged ? "kvc_gemv_staged" : "kvc_gemv_small_m");
     set_gemm_args(k, op);
     const size_t local[3] = {lanes, cols, 1};
-    const size_t global[3] = {lanes, size_t(p.n), size_t(p.batch)};
+    const size_t global[3] = {lanes, (size_t(p.n) + per_group - 1) / per_group * cols, size_t(p.batch)};
     be.launch(k, 3, global, local);
 }
 
