@@ -133,8 +133,11 @@ void kvc_gemv_staged(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_
     B += b_off + item * stride_b;
     C += c_off + item * stride_c;
 
+    // The loops over j and m are unrolled so that acc stays in registers.
     float acc[NC][M_ROWS];
+#pragma unroll
     for (int j = 0; j < NC; ++j)
+#pragma unroll
         for (int m = 0; m < M_ROWS; ++m) acc[j][m] = 0.0f;
     const int k4 = K / 4;
     for (int c0 = 0; c0 < k4; c0 += LANES) {
@@ -147,23 +150,30 @@ void kvc_gemv_staged(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_
         const int i = c0 + lane;
         if (i < k4) {
             float4 b[NC];
+#pragma unroll
             for (int j = 0; j < NC; ++j)
                 b[j] = n0 + j < N ? KVC_B4(B + (ulong)(n0 + j) * K, i) : (float4)(0.0f);
+#pragma unroll
             for (int m = 0; m < M_ROWS; ++m) {
                 const float4 a = vload4(m * LANES + lane, buf);
+#pragma unroll
                 for (int j = 0; j < NC; ++j) acc[j][m] += dot(a, b[j]);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int k = 4 * k4 + lane; k < K; k += LANES)  // K % 4 trailing elements
+#pragma unroll
         for (int j = 0; j < NC; ++j) {
             const float b0 = n0 + j < N ? KVC_LOAD(B_DT, B + (ulong)(n0 + j) * K, k) : 0.0f;
+#pragma unroll
             for (int m = 0; m < M_ROWS; ++m) acc[j][m] += KVC_LOAD(A_DT, A + (ulong)m * K, k) * b0;
         }
     // Sum over the lanes: every (column, row) sum is one row of red, summed by one work-item.
     local float * red = buf;
+#pragma unroll
     for (int j = 0; j < NC; ++j)
+#pragma unroll
         for (int m = 0; m < M_ROWS; ++m) red[((col * NC + j) * M_ROWS + m) * (LANES + 1) + lane] = acc[j][m];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int r = tid; r < COLS * NC * M_ROWS; r += LANES * COLS) {
