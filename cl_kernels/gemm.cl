@@ -8,6 +8,9 @@
 //     ceil(M / TM) * TM / WM, batch). Each work-group computes a TM x TN tile of C through TK-deep
 //     slices of A and B staged in local memory (as fp32); each work-item owns a WM x WN micro-tile
 //     strided by the work-group shape, so stores and local reads are contiguous across work-items.
+//   kvc_gemv_mma(same arguments)
+//     NVIDIA's driver, M <= 16, TRANS_B, f16 B, K % 16 == 0: the tensor cores (see the kernel).
+//     NDRange: local = (32, WARPS, 1), global = (32, ceil(N / (8 * NT * WARPS)) * WARPS, batch).
 //   kvc_gemv_staged(same arguments)
 //     For 4 <= M <= 16 with TRANS_B (decode at batch 4..16). NDRange: 3-D, local = (LANES, COLS, 1),
 //     global = (LANES, ceil(N / (COLS * NC)) * COLS, batch). Each work-item owns NC columns; per
@@ -98,6 +101,92 @@ void kvc_gemm_tiled(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a
 }
 
 #endif  // TM
+
+#if defined(GEMV_MMA)
+
+// kvc_gemv_mma: C (M <= 16 rows) = alpha * A * B^T + beta * C on the tensor cores (NVIDIA's driver:
+// inline PTX mma.sync m16n8k16, common.cl), for f16 B with K a multiple of 16 and even offsets.
+// A's 16 rows (zero past M) are the mma's A operand, split as the CUDA backend's mixed gemm does
+// (cuda_backend/gemm.cu): hi = f16(a) (saturated at the f16 range: |A| must stay below 65504),
+// lo = f16((a - hi) * 2^11), C = hi B + 2^-11 lo B in two accumulators: about fp32 precision
+// against exact f16 weights, with fp32 accumulation. The B fragments are pairs of consecutive k of one weight row: 32-bit loads
+// straight from the row-major [N, K] weights. Work-group: WARPS warps; per chunk of 4 k16 steps
+// each work-item converts one (step, lane) A fragment into local memory, then each warp runs NT
+// n-tiles of 8 columns over the chunk.
+kernel __attribute__((reqd_work_group_size(32, WARPS, 1)))
+void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
+                  global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
+                  global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
+                  int M, int N, int K, float alpha, float beta) {
+    local uint4 frag[4][32][2];  // [k16 step of the chunk][lane][hi, lo]: a0..a3 each
+    const int lane = get_local_id(0), w = get_local_id(1), g = lane / 4, t = lane % 4;
+    const int n_w = (get_group_id(1) * WARPS + w) * (8 * NT);  // this warp's first column
+    const ulong item = get_global_id(2);
+    A += a_off + item * stride_a;
+    B += b_off + item * stride_b;
+    C += c_off + item * stride_c;
+    global const uint * Bw = (global const uint *)B;  // element pairs (k, k + 1)
+
+    float acc[NT][4], accl[NT][4];  // hi * B, lo * B
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[j][r] = accl[j][r] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 64) {
+        if (w < 4) {  // work-item (lane, w) builds step w's fragment of lane
+            const int kb = k0 + 16 * w + 2 * t;
+            float x[8];  // a0 (row g, kb, kb+1), a1 (row g+8), a2 (row g, kb+8, +9), a3 (row g+8)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int row = g + 8 * (r & 1), k = kb + 8 * (r >> 1);
+                const bool in = row < M && k < K;
+                x[2 * r] = in ? KVC_LOAD(A_DT, A, (ulong)row * K + k) : 0.0f;
+                x[2 * r + 1] = in ? KVC_LOAD(A_DT, A, (ulong)row * K + k + 1) : 0.0f;
+            }
+            uint hi[4], lo[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const float h0 = kvc_round_half(clamp(x[2 * r], -65504.0f, 65504.0f));
+                const float h1 = kvc_round_half(clamp(x[2 * r + 1], -65504.0f, 65504.0f));
+                hi[r] = kvc_pack_half2(h0, h1);
+                lo[r] = kvc_pack_half2((x[2 * r] - h0) * 2048.0f, (x[2 * r + 1] - h1) * 2048.0f);
+            }
+            frag[w][lane][0] = (uint4)(hi[0], hi[1], hi[2], hi[3]);
+            frag[w][lane][1] = (uint4)(lo[0], lo[1], lo[2], lo[3]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int steps = min(4, (K - k0) / 16);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            if (s < steps) {
+                const uint4 ah = frag[s][lane][0], al = frag[s][lane][1];
+                const int k = k0 + 16 * s + 2 * t;
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    const int n = n_w + 8 * j + g;
+                    const ulong row = (ulong)min(n, N - 1) * K;  // columns past N: computed, not stored
+                    const uint b0 = Bw[(row + k) / 2], b1 = Bw[(row + k + 8) / 2];
+                    KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], ah.x, ah.y, ah.z, ah.w, b0, b1);
+                    KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], al.x, al.y, al.z, al.w, b0, b1);
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int m = g + 8 * (r >> 1), n = n_w + 8 * j + 2 * t + (r & 1);
+            if (m >= M || n >= N) continue;
+            const ulong o = (ulong)m * N + n;
+            float v = alpha * (acc[j][r] + accl[j][r] * (1.0f / 2048.0f));
+            if (beta != 0.0f) v += beta * KVC_LOAD(C_DT, C, o);
+            KVC_STORE(C_DT, C, o, v);
+        }
+}
+
+#endif  // GEMV_MMA
 
 #if defined(M_ROWS)
 

@@ -106,6 +106,19 @@ void full_list(list & l) {
     l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 130, true));
     l.add<gemm_case>(f32, f32, f32, gemm(4, 70, 256, true));
     l.add<gemm_case>(f32, f16, f32, gemm(9, 33, 4099, true));
+    // NVIDIA's OpenCL tensor-core GEMV (f16 weights, K % 16 == 0): 1 and 16 rows, columns past the
+    // last 8-column tile, K past the last 64-channel chunk, batched with gaps, alpha and beta.
+    l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 144, true));
+    l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 144, true));
+    l.add<gemm_case>(f16, f16, f32, gemm(1, 67, 128, true));
+    {
+        gemm_params p = gemm(5, 19, 32, true, 3);
+        p.stride_a += 5, p.stride_b += 2, p.stride_c += 7;
+        l.add<gemm_case>(f32, f16, f32, p);
+        p = gemm(13, 21, 48, true);
+        p.alpha = 0.5f, p.beta = 0.75f;
+        l.add<gemm_case>(f32, f16, f32, p);
+    }
     l.add<gemm_case>(f16, f16, f32, gemm(64, 100, 300, true));
     // Batched: gaps between items (untouched C gaps must stay untouched), packed, broadcasts.
     for (int i = 0; i < 4; ++i) {

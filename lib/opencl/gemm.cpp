@@ -1,7 +1,9 @@
 // gemm: f32 x f32 -> f32 through CLBlast; fp16 and mixed operands through cl_kernels/gemm.cl
 // (tiled kernel); and, for every dtype combination, a GEMV-style kernel when m <= 16 with
 // trans_b (decode-time products with a weight matrix [n, k]: memory bound on the weights, where
-// CLBlast's padded tiles waste most of their work).
+// CLBlast's padded tiles waste most of their work). On NVIDIA's driver, f16 weights at m <= 16 go
+// to the tensor cores (kvc_gemv_mma; KVCOMP_CL_TENSOR_CORES=0 turns it off with the other
+// inline-PTX kernels).
 #include <clblast.h>
 
 #include <algorithm>
@@ -129,6 +131,31 @@ void run_gemv(cl_backend & be, const op_desc & op) {
     be.launch(k, 3, global, local);
 }
 
+// kvc_gemv_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, at most
+// 16 rows, B f16 [N, K] with K a multiple of 16 and every row at an even element (32-bit pairs).
+bool run_gemv_mma(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    if (!p.trans_b || p.m > kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 16 != 0 ||
+        elem_off(op.src[1]) % 2 != 0 || p.stride_b % 2 != 0)
+        return false;
+    const char * kw = be.tensor_core_asm();
+    if (!kw) return false;
+    // Work-groups of 4 warps, each warp 8 * NT columns: NT = 2 where that still gives every compute
+    // unit two work-groups, else 1 (more, narrower work-groups: N = 4096 has only 64 at NT = 2).
+    const int64_t cus = std::max(1, be.info().compute_units), warps = 4;
+    const int64_t nt = (p.n + 8 * 2 * warps - 1) / (8 * 2 * warps) >= 2 * cus ? 2 : 1;
+    defines defs;
+    add_dtypes(defs, op);
+    defs.add("GEMV_MMA", 1).add("WARPS", warps).add("NT", nt).add("KVC_ASM", kw);
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_mma");
+    set_gemm_args(k, op);
+    const size_t per_group = size_t(8 * nt * warps);
+    const size_t local[3] = {32, size_t(warps), 1};
+    const size_t global[3] = {32, (size_t(p.n) + per_group - 1) / per_group * size_t(warps), size_t(p.batch)};
+    be.launch(k, 3, global, local);
+    return true;
+}
+
 void run_tiled(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     // 64x64 tiles with 4x4 per work-item (256 work-items); 32x32 where the device caps work-groups.
@@ -151,6 +178,7 @@ void run_gemm(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     const bool all_f32 =
         op.src[0].type == dtype::f32 && op.src[1].type == dtype::f32 && op.dst[0].type == dtype::f32;
+    if (run_gemv_mma(be, op)) return;
     if (p.trans_b && p.m <= kMaxGemvRows) return run_gemv(be, op);
     if (all_f32) return run_clblast(be, op);
     run_tiled(be, op);
