@@ -100,14 +100,14 @@ void full_list(list & l) {
             l.add<gemm_case>(c[0], c[1], c[2], gemm(17, 33, 65, tb));
         }
     l.add<gemm_case>(f32, f16, f32, gemm(3, 257, 4096, true));  // long accumulation
-    // Decode batches of 4..16 rows (OpenCL's kvc_gemv_staged): columns past a work-group's 16, a K
-    // with a tail past the last 4-element chunk and one past the last 128-element chunk.
+    // Decode batches of 4..16 rows (OpenCL's kvc_gemv_small_m): a K with a tail past the last
+    // 4-element chunk, one past a multiple of 128.
     l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 130, true));
     l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 130, true));
     l.add<gemm_case>(f32, f32, f32, gemm(4, 70, 256, true));
     l.add<gemm_case>(f32, f16, f32, gemm(9, 33, 4099, true));
-    // NVIDIA's OpenCL tensor-core GEMV (f16 weights, K % 16 == 0): 1 and 16 rows, columns past the
-    // last 8-column tile, K past the last 64-channel chunk, batched with gaps, alpha and beta.
+    // f16 weights with K a multiple of 16 (the models' shapes): 1 and 16 rows, batched with gaps,
+    // alpha and beta.
     l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 144, true));
     l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 144, true));
     l.add<gemm_case>(f16, f16, f32, gemm(1, 67, 128, true));

@@ -1,9 +1,7 @@
 // gemm: f32 x f32 -> f32 through CLBlast; fp16 and mixed operands through cl_kernels/gemm.cl
 // (tiled kernel); and, for every dtype combination, a GEMV-style kernel when m <= 16 with
 // trans_b (decode-time products with a weight matrix [n, k]: memory bound on the weights, where
-// CLBlast's padded tiles waste most of their work). On NVIDIA's driver, f16 weights at m <= 16 go
-// to the tensor cores (kvc_gemv_mma; KVCOMP_CL_TENSOR_CORES=0 turns it off with the other
-// inline-PTX kernels).
+// CLBlast's padded tiles waste most of their work).
 #include <clblast.h>
 
 #include <algorithm>
@@ -53,9 +51,6 @@ namespace {
 // Up to this many rows of A the GEMV-style kernel (one pass over B, all rows at once) beats the
 // tiled kernel, whose 64-row tiles would be mostly padding (decode batches are 1..16 tokens).
 constexpr int64_t kMaxGemvRows = 16;
-// From this many rows the GEMV stages A in local memory (kvc_gemv_staged): kvc_gemv_small_m reads all
-// of A for every column, at 16 rows of f32 against f16 weights 32 bytes of A per byte of B.
-constexpr int64_t kMinStagedRows = 4;
 
 void run_clblast(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
@@ -108,14 +103,8 @@ void run_gemv(cl_backend & be, const op_desc & op) {
     auto rows_aligned = [&](const tensor & t, int64_t stride) {
         return elem_off(t) % 4 == 0 && p.k % 4 == 0 && stride % 4 == 0;
     };
-    const size_t lanes = 32, wg_cols = std::max<size_t>(1, be.dev().max_work_group_size / lanes);
-    // From kMinStagedRows rows: kvc_gemv_staged, 4 x 4 columns per work-group, where its local array
-    // (the larger of the A chunk and the lane sums, gemm.cl) fits.
-    const size_t nc = 4, staged_cols = std::min<size_t>(4, wg_cols);
-    const size_t staged_local =
-        4 * std::max<size_t>(size_t(p.m) * lanes * 4, staged_cols * nc * size_t(p.m) * (lanes + 1));
-    const bool staged = p.m >= kMinStagedRows && staged_local <= be.dev().local_mem_bytes;
-    const size_t cols = staged ? staged_cols : std::min<size_t>(8, wg_cols), per_group = staged ? cols * nc : cols;
+    const size_t lanes = 32;
+    const size_t cols = std::max<size_t>(1, std::min<size_t>(8, be.dev().max_work_group_size / lanes));
     defines defs;
     add_dtypes(defs, op);
     defs.add("M_ROWS", p.m)
@@ -123,37 +112,11 @@ void run_gemv(cl_backend & be, const op_desc & op) {
         .add("COLS", cols)
         .add("VEC_A", rows_aligned(op.src[0], p.stride_a) ? 1 : 0)
         .add("VEC_B", rows_aligned(op.src[1], p.stride_b) ? 1 : 0);
-    if (staged) defs.add("NC", nc);
-    cl_kernel k = be.kernel("gemm.cl", defs, staged ? "kvc_gemv_staged" : "kvc_gemv_small_m");
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_small_m");
     set_gemm_args(k, op);
     const size_t local[3] = {lanes, cols, 1};
-    const size_t global[3] = {lanes, (size_t(p.n) + per_group - 1) / per_group * cols, size_t(p.batch)};
+    const size_t global[3] = {lanes, size_t(p.n), size_t(p.batch)};
     be.launch(k, 3, global, local);
-}
-
-// kvc_gemv_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, at most
-// 16 rows, B f16 [N, K] with K a multiple of 16 and every row at an even element (32-bit pairs).
-bool run_gemv_mma(cl_backend & be, const op_desc & op) {
-    const auto & p = op.get<gemm_params>();
-    if (!p.trans_b || p.m > kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 16 != 0 ||
-        elem_off(op.src[1]) % 2 != 0 || p.stride_b % 2 != 0)
-        return false;
-    const char * kw = be.tensor_core_asm();
-    if (!kw) return false;
-    // Work-groups of 4 warps, each warp 8 * NT columns: NT = 2 where that still gives every compute
-    // unit two work-groups, else 1 (more, narrower work-groups: N = 4096 has only 64 at NT = 2).
-    const int64_t cus = std::max(1, be.info().compute_units), warps = 4;
-    const int64_t nt = (p.n + 8 * 2 * warps - 1) / (8 * 2 * warps) >= 2 * cus ? 2 : 1;
-    defines defs;
-    add_dtypes(defs, op);
-    defs.add("GEMV_MMA", 1).add("WARPS", warps).add("NT", nt).add("KVC_ASM", kw);
-    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_mma");
-    set_gemm_args(k, op);
-    const size_t per_group = size_t(8 * nt * warps);
-    const size_t local[3] = {32, size_t(warps), 1};
-    const size_t global[3] = {32, (size_t(p.n) + per_group - 1) / per_group * size_t(warps), size_t(p.batch)};
-    be.launch(k, 3, global, local);
-    return true;
 }
 
 void run_tiled(cl_backend & be, const op_desc & op) {
@@ -178,7 +141,6 @@ void run_gemm(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     const bool all_f32 =
         op.src[0].type == dtype::f32 && op.src[1].type == dtype::f32 && op.dst[0].type == dtype::f32;
-    if (run_gemv_mma(be, op)) return;
     if (p.trans_b && p.m <= kMaxGemvRows) return run_gemv(be, op);
     if (all_f32) return run_clblast(be, op);
     run_tiled(be, op);

@@ -103,10 +103,12 @@ TEST(lowrank_quant, bytes_are_the_blocks_at_the_rank) {
     q.lo_tokens = G, q.hi_tokens = 0, q.hi_bits = q.lo_bits = 2, q.v_group = G;
     const uint64_t L = uint64_t(spec().layers);
     const uint64_t slot = uint64_t(q.slot_bytes()) * L;
-    const uint64_t row = uint64_t(q.n_kv_heads * R * rank) * 2 * 2 * L;
+    // The residual's fp16 window at the rank, in pages of the engine's 16 tokens.
+    const uint64_t page = uint64_t(q.n_kv_heads * 16 * rank) * 2 * 2 * L;
     engine::engine e(combined("cpu", "kivi", rank, {{"group", std::to_string(G)}, {"residual", std::to_string(R)}}));
     for (int64_t t : {1, 16, 31, 32, 33, 40, 64, 100})
-        EXPECT_EQ(e.kv_bytes_for_tokens(t), uint64_t((t - t % R) / G) * slot + (t % R ? row : 0)) << "tokens " << t;
+        EXPECT_EQ(e.kv_bytes_for_tokens(t), uint64_t((t - t % R) / G) * slot + uint64_t((t % R + 15) / 16) * page)
+            << "tokens " << t;
 }
 
 // (d)
