@@ -8,6 +8,9 @@
 //     ceil(M / TM) * TM / WM, batch). Each work-group computes a TM x TN tile of C through TK-deep
 //     slices of A and B staged in local memory (as fp32); each work-item owns a WM x WN micro-tile
 //     strided by the work-group shape, so stores and local reads are contiguous across work-items.
+//   kvc_gemv_mma(same arguments)
+//     NVIDIA's driver, 2 <= M <= 16, TRANS_B, f16 B, K % 256 == 0, 16-byte aligned rows: the tensor
+//     cores (see the kernel). NDRange: local = (32, 4, 1), global = (32, ceil(N / (8 NT)) * 4, batch).
 //   kvc_gemv_small_m(same arguments)
 //     For M <= 16 with TRANS_B (decode-time weight products, memory bound on B). NDRange: 3-D,
 //     local = (LANES, COLS, 1), global = (LANES, ceil(N / COLS) * COLS, batch). COLS columns of C
@@ -91,6 +94,95 @@ void kvc_gemm_tiled(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a
 }
 
 #endif  // TM
+
+#if defined(GEMV_MMA)
+
+// kvc_gemv_mma: C (M <= 16 rows) = alpha * A * B^T + beta * C on the tensor cores (NVIDIA's driver,
+// inline PTX mma.sync m16n8k16, common.cl) for f16 weights B [N, K].
+// - A is split as the CUDA backend's mixed gemm does (cuda_backend/gemm.cu): hi = f16(a) (saturated:
+//   |A| must stay below 65504), lo = f16((a - hi) * 2^11), C = hi B + 2^-11 lo B, two accumulators,
+//   fp32 accumulation: about fp32 precision against exact f16 weights.
+// - The k order inside a 32-channel chunk is permuted so that every operand is a contiguous load:
+//   lane (g, t) reads channels k + 8t .. k + 8t + 7 of weight row n + g as one 16-byte load (a warp
+//   reads 64 contiguous bytes of each of 8 rows), and of A rows g and g + 8 as two float4 each. Its
+//   first mma of the chunk takes channel pairs (0, 1) as the k16 step's slots 2t, 2t+1 and (2, 3) as
+//   slots 2t+8, 2t+9; the second mma pairs (4, 5) and (6, 7). A and B use the same map, and the sum
+//   over k does not care about its order.
+// - Work-group: 4 warps over the same NT tiles of 8 columns, each over a quarter of K (K % 256 == 0),
+//   their sums added in local memory. A's fragments serve the NT tiles.
+kernel __attribute__((reqd_work_group_size(32, 4, 1)))
+void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
+                  global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
+                  global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
+                  int M, int N, int K, float alpha, float beta) {
+    local float red[4][NT][32][4];
+    const int lane = get_local_id(0), w = get_local_id(1), g = lane / 4, t = lane % 4;
+    const int n0 = get_group_id(1) * (8 * NT);
+    const ulong item = get_global_id(2);
+    A += a_off + item * stride_a;
+    B += b_off + item * stride_b;
+    C += c_off + item * stride_c;
+    const int kq = K / 4, kbeg = w * kq;
+    global const KVC_TYPE(A_DT) * arow0 = A + (ulong)min(g, M - 1) * K + 8 * t;
+    global const KVC_TYPE(A_DT) * arow1 = A + (ulong)min(g + 8, M - 1) * K + 8 * t;
+    const bool in0 = g < M, in1 = g + 8 < M;  // rows past M (read clamped to row M - 1) count as zero
+    global const uint4 * brow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+        brow[j] = (global const uint4 *)(B + (ulong)min(n0 + 8 * j + g, N - 1) * K + 8 * t);
+
+    float acc[NT][4], accl[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[j][r] = accl[j][r] = 0.0f;
+    for (int k = kbeg; k < kbeg + kq; k += 32) {
+        float x[16];  // row g: x[0..7], row g + 8: x[8..15], channels k + 8t ..
+        const float4 r00 = KVC_LOADA4(A_DT, arow0 + k, 0), r01 = KVC_LOADA4(A_DT, arow0 + k, 1);
+        const float4 r10 = KVC_LOADA4(A_DT, arow1 + k, 0), r11 = KVC_LOADA4(A_DT, arow1 + k, 1);
+        x[0] = r00.x, x[1] = r00.y, x[2] = r00.z, x[3] = r00.w, x[4] = r01.x, x[5] = r01.y, x[6] = r01.z;
+        x[7] = r01.w, x[8] = r10.x, x[9] = r10.y, x[10] = r10.z, x[11] = r10.w, x[12] = r11.x;
+        x[13] = r11.y, x[14] = r11.z, x[15] = r11.w;
+        uint hi[8], lo[8];  // pairs: row g 0..3, row g + 8 4..7
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {
+            const bool in = p < 4 ? in0 : in1;
+            const float v0 = in ? x[2 * p] : 0.0f, v1 = in ? x[2 * p + 1] : 0.0f;
+            const float h0 = kvc_round_half(clamp(v0, -65504.0f, 65504.0f));
+            const float h1 = kvc_round_half(clamp(v1, -65504.0f, 65504.0f));
+            hi[p] = kvc_pack_half2(h0, h1);
+            lo[p] = kvc_pack_half2((v0 - h0) * 2048.0f, (v1 - h1) * 2048.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const uint4 b = brow[j][k / 8];
+            KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[0], hi[4], hi[1], hi[5], b.x, b.y);
+            KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[2], hi[6], hi[3], hi[7], b.z, b.w);
+            KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[0], lo[4], lo[1], lo[5], b.x, b.y);
+            KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[2], lo[6], lo[3], lo[7], b.z, b.w);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) red[w][j][lane][r] = acc[j][r] + accl[j][r] * (1.0f / 2048.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (w != 0) return;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int m = g + 8 * (r >> 1), n = n0 + 8 * j + 2 * t + (r & 1);
+            if (m >= M || n >= N) continue;
+            const float sum = (red[0][j][lane][r] + red[1][j][lane][r]) + (red[2][j][lane][r] + red[3][j][lane][r]);
+            const ulong o = (ulong)m * N + n;
+            float v = alpha * sum;
+            if (beta != 0.0f) v += beta * KVC_LOAD(C_DT, C, o);
+            KVC_STORE(C_DT, C, o, v);
+        }
+}
+
+#endif  // GEMV_MMA
 
 #if defined(M_ROWS)
 

@@ -106,16 +106,18 @@ void full_list(list & l) {
     l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 130, true));
     l.add<gemm_case>(f32, f32, f32, gemm(4, 70, 256, true));
     l.add<gemm_case>(f32, f16, f32, gemm(9, 33, 4099, true));
-    // f16 weights with K a multiple of 16 (the models' shapes): 1 and 16 rows, batched with gaps,
-    // alpha and beta.
+    // f16 weights with K a multiple of 256 (the models' shapes; NVIDIA's OpenCL driver runs them on
+    // the tensor cores, kvc_gemv_mma): 2 and 16 rows, batched with gaps, alpha and beta; and K % 16 == 0.
     l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 144, true));
-    l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 144, true));
-    l.add<gemm_case>(f16, f16, f32, gemm(1, 67, 128, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(16, 37, 512, true));
+    l.add<gemm_case>(f16, f16, f16, gemm(16, 37, 256, true));
+    l.add<gemm_case>(f16, f16, f32, gemm(2, 67, 768, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(3, 4300, 256, true));  // 4 tiles per work-group on 132 SMs
     {
-        gemm_params p = gemm(5, 19, 32, true, 3);
-        p.stride_a += 5, p.stride_b += 2, p.stride_c += 7;
+        gemm_params p = gemm(5, 19, 256, true, 3);
+        p.stride_a += 4, p.stride_b += 8, p.stride_c += 7;
         l.add<gemm_case>(f32, f16, f32, p);
-        p = gemm(13, 21, 48, true);
+        p = gemm(13, 300, 1024, true);
         p.alpha = 0.5f, p.beta = 0.75f;
         l.add<gemm_case>(f32, f16, f32, p);
     }

@@ -119,6 +119,34 @@ void run_gemv(cl_backend & be, const op_desc & op) {
     be.launch(k, 3, global, local);
 }
 
+// kvc_gemv_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, 2..16
+// rows (one row stays on kvc_gemv_small_m, which streams the weights as fast), f16 weights [N, K]
+// with K % 256 == 0 (a quarter of K per warp in 32-channel chunks) and 16-byte aligned rows of A and B.
+bool run_gemv_mma(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    if (!p.trans_b || p.m < 2 || p.m > kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 256 != 0 ||
+        elem_off(op.src[1]) % 8 != 0 || p.stride_b % 8 != 0 || elem_off(op.src[0]) % 4 != 0 ||
+        p.stride_a % 4 != 0)
+        return false;
+    const char * kw = be.tensor_core_asm();
+    if (!kw) return false;
+    // NT tiles of 8 columns per work-group: A's fragments serve NT tiles, but there must be a
+    // work-group for every compute unit (N = 4096 at NT = 4 has 128).
+    const int64_t cus = std::max(1, be.info().compute_units);
+    int64_t nt = 4;
+    while (nt > 1 && (p.n + 8 * nt - 1) / (8 * nt) < cus) nt /= 2;
+    defines defs;
+    add_dtypes(defs, op);
+    defs.add("GEMV_MMA", 1).add("NT", nt).add("KVC_ASM", kw);
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_mma");
+    set_gemm_args(k, op);
+    const size_t per_group = size_t(8 * nt);
+    const size_t local[3] = {32, 4, 1};
+    const size_t global[3] = {32, (size_t(p.n) + per_group - 1) / per_group * 4, size_t(p.batch)};
+    be.launch(k, 3, global, local);
+    return true;
+}
+
 void run_tiled(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     // 64x64 tiles with 4x4 per work-item (256 work-items); 32x32 where the device caps work-groups.
@@ -141,6 +169,7 @@ void run_gemm(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     const bool all_f32 =
         op.src[0].type == dtype::f32 && op.src[1].type == dtype::f32 && op.dst[0].type == dtype::f32;
+    if (run_gemv_mma(be, op)) return;
     if (p.trans_b && p.m <= kMaxGemvRows) return run_gemv(be, op);
     if (all_f32) return run_clblast(be, op);
     run_tiled(be, op);
