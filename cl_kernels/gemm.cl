@@ -108,8 +108,8 @@ void kvc_gemm_tiled(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a
 //   first mma of the chunk takes channel pairs (0, 1) as the k16 step's slots 2t, 2t+1 and (2, 3) as
 //   slots 2t+8, 2t+9; the second mma pairs (4, 5) and (6, 7). A and B use the same map, and the sum
 //   over k does not care about its order.
-// - Work-group: 4 warps over the same NT tiles of 8 columns, each over a quarter of K (K % 256 == 0),
-//   their sums added in local memory. A's fragments serve the NT tiles.
+// - Work-group: 4 warps over the same NT tiles of 8 columns, each over a quarter of K in steps of U
+//   chunks (K % (128 U) == 0), their sums added in local memory. A's fragments serve the NT tiles.
 kernel __attribute__((reqd_work_group_size(32, 4, 1)))
 void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
                   global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
@@ -136,30 +136,43 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
     for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[j][r] = accl[j][r] = 0.0f;
-    for (int k = kbeg; k < kbeg + kq; k += 32) {
-        float x[16];  // row g: x[0..7], row g + 8: x[8..15], channels k + 8t ..
-        const float4 r00 = KVC_LOADA4(A_DT, arow0 + k, 0), r01 = KVC_LOADA4(A_DT, arow0 + k, 1);
-        const float4 r10 = KVC_LOADA4(A_DT, arow1 + k, 0), r11 = KVC_LOADA4(A_DT, arow1 + k, 1);
-        x[0] = r00.x, x[1] = r00.y, x[2] = r00.z, x[3] = r00.w, x[4] = r01.x, x[5] = r01.y, x[6] = r01.z;
-        x[7] = r01.w, x[8] = r10.x, x[9] = r10.y, x[10] = r10.z, x[11] = r10.w, x[12] = r11.x;
-        x[13] = r11.y, x[14] = r11.z, x[15] = r11.w;
-        uint hi[8], lo[8];  // pairs: row g 0..3, row g + 8 4..7
+    // U chunks per iteration: their loads are issued before any is used, so a warp has U * NT 16-byte
+    // weight loads per lane in flight (one chunk at a time read the weights at 1.1 TB/s, visit 98).
+    for (int k = kbeg; k < kbeg + kq; k += 32 * U) {
+        float4 av[U][4];  // per chunk: row g channels 0..3, 4..7; row g + 8 the same
+        uint4 bv[U][NT];
 #pragma unroll
-        for (int p = 0; p < 8; ++p) {
-            const bool in = p < 4 ? in0 : in1;
-            const float v0 = in ? x[2 * p] : 0.0f, v1 = in ? x[2 * p + 1] : 0.0f;
-            const float h0 = kvc_round_half(clamp(v0, -65504.0f, 65504.0f));
-            const float h1 = kvc_round_half(clamp(v1, -65504.0f, 65504.0f));
-            hi[p] = kvc_pack_half2(h0, h1);
-            lo[p] = kvc_pack_half2((v0 - h0) * 2048.0f, (v1 - h1) * 2048.0f);
+        for (int u = 0; u < U; ++u) {
+            const int ku = k + 32 * u;
+            av[u][0] = KVC_LOADA4(A_DT, arow0 + ku, 0), av[u][1] = KVC_LOADA4(A_DT, arow0 + ku, 1);
+            av[u][2] = KVC_LOADA4(A_DT, arow1 + ku, 0), av[u][3] = KVC_LOADA4(A_DT, arow1 + ku, 1);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) bv[u][j] = brow[j][ku / 8];
         }
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const uint4 b = brow[j][k / 8];
-            KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[0], hi[4], hi[1], hi[5], b.x, b.y);
-            KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[2], hi[6], hi[3], hi[7], b.z, b.w);
-            KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[0], lo[4], lo[1], lo[5], b.x, b.y);
-            KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[2], lo[6], lo[3], lo[7], b.z, b.w);
+        for (int u = 0; u < U; ++u) {
+            float x[16];  // row g: x[0..7], row g + 8: x[8..15]
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                x[4 * q] = av[u][q].x, x[4 * q + 1] = av[u][q].y, x[4 * q + 2] = av[u][q].z, x[4 * q + 3] = av[u][q].w;
+            uint hi[8], lo[8];  // pairs: row g 0..3, row g + 8 4..7
+#pragma unroll
+            for (int p = 0; p < 8; ++p) {
+                const bool in = p < 4 ? in0 : in1;
+                const float v0 = in ? x[2 * p] : 0.0f, v1 = in ? x[2 * p + 1] : 0.0f;
+                const float h0 = kvc_round_half(clamp(v0, -65504.0f, 65504.0f));
+                const float h1 = kvc_round_half(clamp(v1, -65504.0f, 65504.0f));
+                hi[p] = kvc_pack_half2(h0, h1);
+                lo[p] = kvc_pack_half2((v0 - h0) * 2048.0f, (v1 - h1) * 2048.0f);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const uint4 b = bv[u][j];
+                KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[0], hi[4], hi[1], hi[5], b.x, b.y);
+                KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[2], hi[6], hi[3], hi[7], b.z, b.w);
+                KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[0], lo[4], lo[1], lo[5], b.x, b.y);
+                KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[2], lo[6], lo[3], lo[7], b.z, b.w);
+            }
         }
     }
 #pragma unroll

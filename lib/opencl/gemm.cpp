@@ -137,7 +137,8 @@ bool run_gemv_mma(cl_backend & be, const op_desc & op) {
     while (nt > 1 && (p.n + 8 * nt - 1) / (8 * nt) < cus) nt /= 2;
     defines defs;
     add_dtypes(defs, op);
-    defs.add("GEMV_MMA", 1).add("NT", nt).add("KVC_ASM", kw);
+    const int64_t u = p.k % 512 == 0 ? 4 : 2;  // chunks in flight per warp (a quarter of K: 32 u channels)
+    defs.add("GEMV_MMA", 1).add("NT", nt).add("U", u).add("KVC_ASM", kw);
     cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemv_mma");
     set_gemm_args(k, op);
     const size_t per_group = size_t(8 * nt);
