@@ -32,7 +32,7 @@ from requant_section import SOURCE as REQUANT_SOURCE, requant_section  # noqa: E
 from quant_grid_section import SOURCES as QUANT_GRID_SOURCES, quant_grid_section  # noqa: E402
 from quant_decode_section import quant_decode_section  # noqa: E402
 from paged_window_section import E2E_SOURCE as PAGED_WINDOW_E2E, paged_window_section  # noqa: E402
-from ocl_gemm_section import SOURCE as OCL_GEMM_E2E, ocl_gemm_section  # noqa: E402
+from ocl_gemm_section import SOURCES as OCL_GEMM_E2E, ocl_gemm_section  # noqa: E402
 from ocl_softmax_section import ocl_softmax_section  # noqa: E402
 from launch_section import launch_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
@@ -51,7 +51,7 @@ all_results = load_results(d)
 TTFT_PREFILL_SOURCE = "bench_ttft_prefill_h200.csv"  # TTFT before / after the prefill change (own table)
 results = [r for r in all_results
            if r["source"] not in LOWRANK_SOURCES
-           and r["source"] not in (REQUANT_SOURCE, TTFT_PREFILL_SOURCE, PAGED_WINDOW_E2E, OCL_GEMM_E2E) + QUANT_GRID_SOURCES
+           and r["source"] not in (REQUANT_SOURCE, TTFT_PREFILL_SOURCE, PAGED_WINDOW_E2E) + OCL_GEMM_E2E + QUANT_GRID_SOURCES
            + WORKERS_E2E_SOURCES]
 
 
