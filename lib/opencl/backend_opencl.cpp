@@ -6,6 +6,7 @@
 
 #include "core/registry.h"
 #include "opencl/cl_common.h"
+#include "opencl/op_profile.h"
 #include "opencl/program_cache.h"
 
 namespace kvcomp::cl {
@@ -257,11 +258,15 @@ cl_backend::cl_backend(std::shared_ptr<device_context> dev) : dev_(std::move(dev
     if (err != CL_SUCCESS)
         KVCOMP_THROW(status::backend_unavailable, "OpenCL: cannot create a command queue on ",
                      dev_->info.name, ": ", error_name(err));
+    const char * profile = std::getenv("KVCOMP_PROFILE_OPS");
+    if (profile && std::strcmp(profile, "1") == 0) profile_ = std::make_unique<op_profile>();
 }
 
 cl_backend::~cl_backend() {
     // Destructors must not throw: errors here can only be reported by ignoring them.
     if (queue_) clFinish(queue_);
+    if (profile_) profile_->report(dev_->info.device_name + " (" + name() + ")");
+    profile_.reset();
     for (cl_event e : events_) clReleaseEvent(e);
     for (auto & kv : kernels_) clReleaseKernel(kv.second);
     if (scratch_) clReleaseMemObject(scratch_);
@@ -296,6 +301,7 @@ void cl_backend::upload(buffer & dst, size_t offset, const void * src, size_t nb
                                             nbytes, src, 0, nullptr, ev);
     if (err != CL_SUCCESS) cancel_event_slot(ev);
     KVCOMP_CL_CHECK(err);
+    if (profile_) profile_->take("upload", events_, events_.size() - 1, timing_);
 }
 
 void cl_backend::download(const buffer & src, size_t offset, void * dst, size_t nbytes) {
@@ -306,6 +312,7 @@ void cl_backend::download(const buffer & src, size_t offset, void * dst, size_t 
                                            nbytes, dst, 0, nullptr, ev);
     if (err != CL_SUCCESS) cancel_event_slot(ev);
     KVCOMP_CL_CHECK(err);
+    if (profile_) profile_->take("download", events_, events_.size() - 1, timing_);
 }
 
 void cl_backend::synchronize() {
@@ -341,7 +348,7 @@ double cl_backend::timer_stop_ms() {
 }
 
 cl_event * cl_backend::event_slot() {
-    if (!timing_) return nullptr;
+    if (!timing_ && !profile_) return nullptr;
     events_.push_back(nullptr);
     return &events_.back();
 }
@@ -453,6 +460,7 @@ support cl_backend::supports(const op_desc & op) const {
 }
 
 void cl_backend::run_checked(const op_desc & op) {
+    const size_t first_event = events_.size();  // this op's commands' events (op_profile)
     switch (op.type) {
         case op_type::copy:
             run_copy(*this, op);
@@ -523,6 +531,7 @@ void cl_backend::run_checked(const op_desc & op) {
         default:
             KVCOMP_THROW(status::internal, "opencl: unhandled op ", describe(op));
     }
+    if (profile_) profile_->take(op_name(op.type), events_, first_event, timing_);
     if (debug_sync()) {
         const cl_int err = clFinish(queue_);
         if (err != CL_SUCCESS)

@@ -96,6 +96,8 @@ struct local_bytes {
     size_t n;
 };
 
+class op_profile;  // opencl/op_profile.h
+
 class cl_backend final : public backend {
   public:
     explicit cl_backend(std::shared_ptr<device_context> dev);
@@ -126,7 +128,7 @@ class cl_backend final : public backend {
     // Enqueues k over `global` (rounded up to a multiple of `local` per axis; local may be null).
     void launch(cl_kernel k, unsigned dims, const size_t * global, const size_t * local);
 
-    // Event slot for a command enqueued outside launch() (CLBlast, copies): non-null while timing;
+    // Event slot for a command enqueued outside launch() (CLBlast, copies): non-null while timing or profiling;
     // the backend owns the event the command writes there. Call cancel_event_slot(slot) when the
     // command could not be enqueued. Valid until the next event_slot() call.
     cl_event * event_slot();
@@ -161,6 +163,7 @@ class cl_backend final : public backend {
     size_t scratch_size_ = 0;
     bool timing_ = false;
     std::vector<cl_event> events_;
+    std::unique_ptr<op_profile> profile_;  // KVCOMP_PROFILE_OPS=1 (op_profile.h)
     bool tensor_cores_probed_ = false;        // tensor_core_asm() has probed
     const char * tensor_core_asm_ = nullptr;  // its answer (a string literal, or none)
 };
