@@ -21,7 +21,8 @@ cudaEvent_t op_profile::take_event() {
 
 void op_profile::begin(cudaStream_t stream) {
     const auto now = std::chrono::steady_clock::now();
-    if (!started_) wall_start_ = last_end_ = now, started_ = true;
+    if (!table_.started()) last_end_ = now;
+    table_.start();
     open_.label = nullptr;
     gap_ms_ = std::chrono::duration<double, std::milli>(now - last_end_).count();
     if (pending_.size() >= kMaxPending) drain(kMaxPending / 2);
@@ -52,9 +53,8 @@ void op_profile::drain(size_t keep) {
         KVCOMP_CUDA_CHECK(cudaEventSynchronize(p.stop));
         float ms = 0.0f;
         KVCOMP_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
-        total & t = totals_[p.label];
-        t.ms += double(ms);
-        ++t.count;
+        table_.add_time(p.label, double(ms));
+        table_.add_call(p.label);
         free_.push_back(p.start);
         free_.push_back(p.stop);
     }
@@ -62,7 +62,7 @@ void op_profile::drain(size_t keep) {
 }
 
 void op_profile::report(const std::string & device_name) noexcept {
-    if (!started_) return;
+    if (!table_.started()) return;
     try {
         drain(0);
     } catch (...) {
@@ -70,18 +70,10 @@ void op_profile::report(const std::string & device_name) noexcept {
                      device_name.c_str());
         return;
     }
-    const double wall =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start_).count();
-    double sum = 0.0;
-    for (const auto & kv : totals_) sum += kv.second.ms;
-    std::fprintf(stderr, "KVCOMP_PROFILE_OPS %s: wall %.1f ms from the first op, ops %.1f ms (%.1f%%), "
-                         "host in synchronize %.1f ms, in upload/download calls %.1f ms\n",
-                 device_name.c_str(), wall, sum, wall > 0 ? 100.0 * sum / wall : 0.0, host_wait_ms_, transfer_ms_);
-    std::fprintf(stderr, "  %-22s %10s %12s %10s %7s\n", "op", "count", "total ms", "mean us", "share");
-    for (const auto & kv : totals_)
-        std::fprintf(stderr, "  %-22s %10lld %12.2f %10.2f %6.1f%%\n", kv.first.c_str(), kv.second.count,
-                     kv.second.ms, 1000.0 * kv.second.ms / double(kv.second.count),
-                     sum > 0 ? 100.0 * kv.second.ms / sum : 0.0);
+    char extra[128];
+    std::snprintf(extra, sizeof(extra), ", host in synchronize %.1f ms, in upload/download calls %.1f ms",
+                  host_wait_ms_, transfer_ms_);
+    table_.print(device_name, extra);
     std::fprintf(stderr, "  host gaps between enqueuing two ops (over 50 us), largest first:\n");
     std::vector<std::pair<double, std::string>> by_time;
     for (const auto & kv : gaps_) by_time.emplace_back(kv.second.ms, kv.first);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/op_time_table.h"
+
 namespace kvcomp::cuda {
 
 class op_profile {
@@ -49,14 +51,12 @@ class op_profile {
         double ms = 0.0;
         long long count = 0;
     };
-    std::map<std::string, total> totals_;
+    op_time_table table_;  // device time per op, the wall clock
     std::map<std::string, total> gaps_;
     const char * last_label_ = "start";
     double gap_ms_ = 0.0;  // host time from the previous op to the one being enqueued
     std::chrono::steady_clock::time_point last_end_;
     double host_wait_ms_ = 0.0, transfer_ms_ = 0.0;
-    bool started_ = false;
-    std::chrono::steady_clock::time_point wall_start_;
 };
 
 }  // namespace kvcomp::cuda

@@ -1,18 +1,19 @@
 // Per-op device time for KVCOMP_PROFILE_OPS=1 on OpenCL, as cuda_backend/op_profile.h does for CUDA:
 // every command an op enqueues (kernels, CLBlast calls, copies) gets a profiling event, and the
 // commands' execution times (CL_PROFILING_COMMAND_END - START) are summed per op name; uploads and
-// downloads likewise. Printed to stderr when the backend is destroyed, with the wall time from the
-// first op: wall minus the ops' sum is time the device sat idle or the host spent enqueuing.
+// downloads likewise. Printed to stderr (core/op_time_table.h) when the backend is destroyed, with the
+// wall time from the first op: wall minus the ops' sum is time the device sat idle or the host spent
+// enqueuing.
 // Events are released as they are summed: once kMaxPending are outstanding the oldest half is waited
 // for (a synchronization: profiling perturbs what it measures a little, never the results).
 #pragma once
 
 #include <CL/cl.h>
 
-#include <chrono>
-#include <map>
 #include <string>
 #include <vector>
+
+#include "core/op_time_table.h"
 
 namespace kvcomp::cl {
 
@@ -35,17 +36,10 @@ class op_profile {
         cl_event event = nullptr;
         const char * label = nullptr;
     };
-    struct total {
-        double ms = 0.0;
-        long long commands = 0;
-    };
     void drain(size_t keep);
 
     std::vector<entry> pending_;
-    std::map<std::string, total> totals_;
-    std::map<std::string, long long> ops_;  // calls per op name
-    bool started_ = false;
-    std::chrono::steady_clock::time_point wall_start_;
+    op_time_table table_;  // device time and calls per op, the wall clock
 };
 
 }  // namespace kvcomp::cl
