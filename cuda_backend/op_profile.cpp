@@ -62,18 +62,10 @@ void op_profile::drain(size_t keep) {
 }
 
 void op_profile::report(const std::string & device_name) noexcept {
-    if (!table_.started()) return;
-    try {
-        drain(0);
-    } catch (...) {
-        std::fprintf(stderr, "KVCOMP_PROFILE_OPS: %s: events could not be read (device fault?)\n",
-                     device_name.c_str());
-        return;
-    }
     char extra[128];
     std::snprintf(extra, sizeof(extra), ", host in synchronize %.1f ms, in upload/download calls %.1f ms",
                   host_wait_ms_, transfer_ms_);
-    table_.print(device_name, extra);
+    if (!table_.report(device_name, [this] { drain(0); }, extra)) return;
     std::fprintf(stderr, "  host gaps between enqueuing two ops (over 50 us), largest first:\n");
     std::vector<std::pair<double, std::string>> by_time;
     for (const auto & kv : gaps_) by_time.emplace_back(kv.second.ms, kv.first);

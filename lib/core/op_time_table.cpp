@@ -23,4 +23,18 @@ void op_time_table::print(const std::string & device_name, const std::string & e
                      sum > 0 ? 100.0 * kv.second.ms / sum : 0.0);
 }
 
+bool op_time_table::report(const std::string & device_name, const std::function<void()> & finish,
+                           const std::string & extra) noexcept {
+    if (!started_) return false;
+    try {
+        finish();
+    } catch (...) {
+        std::fprintf(stderr, "KVCOMP_PROFILE_OPS: %s: events could not be read (device fault?)\n",
+                     device_name.c_str());
+        return false;
+    }
+    print(device_name, extra);
+    return true;
+}
+
 }  // namespace kvcomp

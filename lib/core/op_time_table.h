@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -18,6 +19,11 @@ class op_time_table {
     // To stderr: "KVCOMP_PROFILE_OPS <device>: wall W ms from the first op, ops S ms (P%)<extra>", then a
     // row per op (calls, total ms, mean us per call, share of S).
     void print(const std::string & device_name, const std::string & extra) const;
+    // A backend's report when it is destroyed: nothing if no op ran; else `finish` (the backend waits
+    // for and sums its outstanding events), then print(); a line saying the events could not be read
+    // instead when finish throws. Returns whether the table was printed.
+    bool report(const std::string & device_name, const std::function<void()> & finish,
+                const std::string & extra) noexcept;
 
   private:
     struct total {

@@ -43,15 +43,8 @@ void op_profile::drain(size_t keep) {
 }
 
 void op_profile::report(const std::string & device_name) noexcept {
-    if (!table_.started()) return;
-    try {
-        drain(0);
-    } catch (...) {
-        std::fprintf(stderr, "KVCOMP_PROFILE_OPS: %s: events could not be read (device fault?)\n",
-                     device_name.c_str());
-        return;
-    }
-    table_.print(device_name, "; each op's time is the sum of its commands' execution times");
+    (void)table_.report(device_name, [this] { drain(0); },
+                        "; each op's time is the sum of its commands' execution times");
 }
 
 void op_profile::release() noexcept {
