@@ -52,8 +52,8 @@ void requantizer::flush(backend & be, const requant_state & st, const std::vecto
     // Plan every request: its workspace rows, its tokens, its blocks after the flush.
     std::vector<job> jobs(reqs.size());
     int64_t total_rows = 0, total_scores = 0;
-    std::vector<std::vector<int32_t>>
-        tables;  // per job: old slots, probe positions, key positions, window rows
+    // Per job: old slots, probe positions, key positions, the window's rows in the page pool.
+    std::vector<std::vector<int32_t>> tables;
     for (size_t f = 0; f < reqs.size(); ++f) {
         const requant_request & r = reqs[f];
         job & j = jobs[f];
