@@ -11,6 +11,10 @@
 //   kvc_gemv_mma(same arguments)
 //     NVIDIA's driver, 2 <= M <= 16, TRANS_B, f16 B, K % 256 == 0, 16-byte aligned rows: the tensor
 //     cores (see the kernel). NDRange: local = (32, 4, 1), global = (32, ceil(N / (8 NT)) * 4, batch).
+//   kvc_gemm_mma(same arguments)
+//     NVIDIA's driver, M > 16, TRANS_B, f16 B, K % 32 == 0, 16-byte aligned rows: the tensor cores
+//     (see the kernel). NDRange: local = (32, GM_WARPS_M * GM_WARPS_N, 1), global = (ceil(N / GM_BN)
+//     * 32, ceil(M / GM_BM) * GM_WARPS_M * GM_WARPS_N, batch).
 //   kvc_gemv_small_m(same arguments)
 //     For M <= 16 with TRANS_B (decode-time weight products, memory bound on B). NDRange: 3-D,
 //     local = (LANES, COLS, 1), global = (LANES, ceil(N / COLS) * COLS, batch). COLS columns of C
@@ -20,7 +24,8 @@
 // Layout: A [M, K]; B [K, N], or [N, K] when TRANS_B; C [M, N]; batch item i starts at
 // i * stride_x elements (stride 0 broadcasts the operand).
 // Preamble defines: A_DT, B_DT, C_DT (KVC_F32 / KVC_F16), TRANS_B (0/1);
-//   tiled: TM, TN, TK, WM, WN;  gemv: M_ROWS (= M <= LANES), LANES, COLS (powers of two), VEC_A, VEC_B
+//   tiled: TM, TN, TK, WM, WN;  mma: GEMM_MMA, GM_WARPS_M, GM_WARPS_N, GM_MT, GM_NT, KVC_ASM;
+//   gemv: M_ROWS (= M <= LANES), LANES, COLS (powers of two), VEC_A, VEC_B
 //   (1 when that operand's rows are 4-element aligned: aligned vector loads).
 
 #if defined(TM)
@@ -196,6 +201,137 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 }
 
 #endif  // GEMV_MMA
+
+#if defined(GEMM_MMA)
+
+// kvc_gemm_mma: C (M > 16 rows: the prefill's weight products) = alpha * A * B^T + beta * C on the
+// tensor cores (NVIDIA's driver, inline PTX mma.sync m16n8k16, common.cl) for f16 weights B [N, K],
+// K % 32 == 0, 16-byte aligned rows of A and B.
+// - Precision as kvc_gemv_mma: A split into hi = f16(a) and lo = f16((a - hi) * 2^11), two
+//   accumulators, fp32 accumulation.
+// - Work-group: GM_WARPS_M x GM_WARPS_N warps, a GM_BM x GM_BN tile of C; each warp GM_MT x GM_NT
+//   mma tiles (16 x 8). K in slices of 32 channels, staged in local memory as f16 words: A's hi and lo
+//   (each element converted once per work-group, not once per warp), B as stored. Two stages: the next
+//   slice's global loads are issued before the current slice's mma and stored at the next
+//   iteration's start, one barrier per slice.
+// - Fragments in kvc_gemv_mma's permuted k order: lane (g, t) reads words 4t..4t+3 (channels
+//   8t..8t+7) of a staged row as one 16-byte local load, which serves both k16 steps of the slice. A
+//   row is 16 words, so the 8 lanes of a 16-byte load phase (rows g, g + 1; t = 0..3) read 128
+//   contiguous bytes: no bank conflicts, no padding.
+// - Rows of A past M and of B past N are read clamped to the last row; their results are not stored.
+#define GM_THREADS (32 * GM_WARPS_M * GM_WARPS_N)
+#define GM_BM (16 * GM_MT * GM_WARPS_M)
+#define GM_BN (8 * GM_NT * GM_WARPS_N)
+#define GM_LA (GM_BM * 8 / GM_THREADS)  // float4 of A per work-item and slice
+#define GM_LB (GM_BN * 4 / GM_THREADS)  // 16-byte chunks of B per work-item and slice
+
+// One slice of this work-item's share: A rows tid / 8 + i * (threads / 8), float4 column tid % 8; B rows
+// tid / 4 + i * (threads / 4), 16-byte chunk tid % 4 (rows clamped to the last).
+typedef struct {
+    float4 a[GM_LA];
+    uint4 b[GM_LB];
+} gm_slice;
+
+inline gm_slice gm_load(global const KVC_TYPE(A_DT) * A, global const KVC_TYPE(B_DT) * B, int m0, int n0,
+                        int M, int N, int K, int k0, int tid) {
+    gm_slice r;
+#pragma unroll
+    for (int i = 0; i < GM_LA; ++i) {
+        const int m = min(m0 + tid / 8 + i * (GM_THREADS / 8), M - 1);
+        r.a[i] = KVC_LOADA4(A_DT, A + (ulong)m * K + k0 + 4 * (tid % 8), 0);
+    }
+#pragma unroll
+    for (int i = 0; i < GM_LB; ++i) {
+        const int n = min(n0 + tid / 4 + i * (GM_THREADS / 4), N - 1);
+        r.b[i] = *(global const uint4 *)(B + (ulong)n * K + k0 + 8 * (tid % 4));
+    }
+    return r;
+}
+
+// The slice into one stage: A as hi / lo f16 words, B as loaded.
+inline void gm_store(const gm_slice x, local uint4 (*ah)[4], local uint4 (*al)[4], local uint4 (*bs)[4], int tid) {
+#pragma unroll
+    for (int i = 0; i < GM_LA; ++i) {
+        const int r = tid / 8 + i * (GM_THREADS / 8), c = tid % 8;
+        const float4 v = x.a[i];
+        const float h0 = kvc_round_half(clamp(v.x, -65504.0f, 65504.0f));
+        const float h1 = kvc_round_half(clamp(v.y, -65504.0f, 65504.0f));
+        const float h2 = kvc_round_half(clamp(v.z, -65504.0f, 65504.0f));
+        const float h3 = kvc_round_half(clamp(v.w, -65504.0f, 65504.0f));
+        ((local uint2 *)ah[r])[c] = (uint2)(kvc_pack_half2(h0, h1), kvc_pack_half2(h2, h3));
+        ((local uint2 *)al[r])[c] = (uint2)(kvc_pack_half2((v.x - h0) * 2048.0f, (v.y - h1) * 2048.0f),
+                                            kvc_pack_half2((v.z - h2) * 2048.0f, (v.w - h3) * 2048.0f));
+    }
+#pragma unroll
+    for (int i = 0; i < GM_LB; ++i) bs[tid / 4 + i * (GM_THREADS / 4)][tid % 4] = x.b[i];
+}
+
+kernel __attribute__((reqd_work_group_size(32, GM_WARPS_M * GM_WARPS_N, 1)))
+void kvc_gemm_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
+                  global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
+                  global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
+                  int M, int N, int K, float alpha, float beta) {
+    local uint4 ahs[2][GM_BM][4], als[2][GM_BM][4], bs[2][GM_BN][4];
+    const int lane = get_local_id(0), w = get_local_id(1), tid = 32 * w + lane, g = lane / 4, t = lane % 4;
+    const int wm = w / GM_WARPS_N, wn = w % GM_WARPS_N;
+    const int m0 = get_group_id(1) * GM_BM, n0 = get_group_id(0) * GM_BN;
+    const ulong item = get_group_id(2);
+    A += a_off + item * stride_a;
+    B += b_off + item * stride_b;
+    C += c_off + item * stride_c;
+
+    float acc[GM_MT][GM_NT][4], accl[GM_MT][GM_NT][4];
+#pragma unroll
+    for (int mt = 0; mt < GM_MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < GM_NT; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mt][nt][r] = accl[mt][nt][r] = 0.0f;
+
+    const int ra = wm * 16 * GM_MT + g, rb = wn * 8 * GM_NT + g;  // the warp's first fragment rows
+    gm_slice next = gm_load(A, B, m0, n0, M, N, K, 0, tid);
+    for (int k0 = 0, s = 0; k0 < K; k0 += 32, s ^= 1) {
+        // Stage s was last read two slices ago, before the previous barrier.
+        gm_store(next, ahs[s], als[s], bs[s], tid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + 32 < K) next = gm_load(A, B, m0, n0, M, N, K, k0 + 32, tid);  // in flight during the mma
+        uint4 b[GM_NT];
+#pragma unroll
+        for (int nt = 0; nt < GM_NT; ++nt) b[nt] = bs[s][rb + 8 * nt][t];
+#pragma unroll
+        for (int mt = 0; mt < GM_MT; ++mt) {
+            const uint4 h0 = ahs[s][ra + 16 * mt][t], h1 = ahs[s][ra + 16 * mt + 8][t];
+            const uint4 l0 = als[s][ra + 16 * mt][t], l1 = als[s][ra + 16 * mt + 8][t];
+#pragma unroll
+            for (int nt = 0; nt < GM_NT; ++nt) {
+                KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.x, h1.x, h0.y,
+                              h1.y, b[nt].x, b[nt].y);
+                KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.z, h1.z, h0.w,
+                              h1.w, b[nt].z, b[nt].w);
+                KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.x, l1.x,
+                              l0.y, l1.y, b[nt].x, b[nt].y);
+                KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.z, l1.z,
+                              l0.w, l1.w, b[nt].z, b[nt].w);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < GM_MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < GM_NT; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int m = m0 + ra + 16 * mt + 8 * (r >> 1), n = n0 + rb - g + 8 * nt + 2 * t + (r & 1);
+                if (m >= M || n >= N) continue;
+                const ulong o = (ulong)m * N + n;
+                float v = alpha * (acc[mt][nt][r] + accl[mt][nt][r] * (1.0f / 2048.0f));
+                if (beta != 0.0f) v += beta * KVC_LOAD(C_DT, C, o);
+                KVC_STORE(C_DT, C, o, v);
+            }
+}
+
+#endif  // GEMM_MMA
 
 #if defined(M_ROWS)
 

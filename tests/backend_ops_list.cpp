@@ -122,6 +122,22 @@ void full_list(list & l) {
         l.add<gemm_case>(f32, f16, f32, p);
     }
     l.add<gemm_case>(f16, f16, f32, gemm(64, 100, 300, true));
+    // More than 16 rows of f16 weights with K % 32 == 0 (NVIDIA's OpenCL driver: kvc_gemm_mma, tiles of
+    // 64 x 64 below 128 rows and 128 x 64 from there): partial tiles in both dims, f16 A and C, a long
+    // accumulation, batched with gaps, alpha / beta, and one weight matrix for every batch item.
+    l.add<gemm_case>(f32, f16, f32, gemm(17, 70, 32, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(200, 130, 256, true));
+    l.add<gemm_case>(f16, f16, f16, gemm(65, 64, 96, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(130, 72, 4096, true));
+    {
+        gemm_params p = gemm(33, 19, 64, true, 3);
+        p.stride_a += 4, p.stride_b += 8, p.stride_c += 7;
+        p.alpha = 0.5f, p.beta = 0.75f;
+        l.add<gemm_case>(f32, f16, f32, p);
+        p = gemm(140, 35, 64, true, 2);
+        p.stride_b = 0;
+        l.add<gemm_case>(f32, f16, f32, p);
+    }
     // Batched: gaps between items (untouched C gaps must stay untouched), packed, broadcasts.
     for (int i = 0; i < 4; ++i) {
         gemm_params p = gemm(5, 19, 23, i % 2 == 1, 3);
@@ -280,6 +296,9 @@ void perf_list(list & l, bool cpu) {
         l.add<gemm_case>(f16, f16, f32, gemm(m, 4096 / s, 4096 / s, true));
     l.add<gemm_case>(f32, f16, f32, gemm(16, 4096 / s, 4096 / s, true));
     l.add<gemm_case>(f16, f16, f16, gemm(512 / s, 4096 / s, 4096 / s, true));
+    // The prefill's weight products for a 4K prompt (f32 activations): attention and FFN widths.
+    l.add<gemm_case>(f32, f16, f32, gemm(4096 / s, 4096 / s, 4096 / s, true));
+    l.add<gemm_case>(f32, f16, f32, gemm(4096 / s, 14336 / s, 4096 / s, true));
     l.add<gemm_case>(f32, f32, f32, gemm(1024 / s, 1024 / s, 1024 / s, false));
     l.add<rms_norm_case>(int64_t(16), int64_t(4096), f32, false);
     l.add<rope_case>(rope(512 / s, 32, 128, 128, neox, 500000.0f), true, true, 8192);

@@ -1,7 +1,8 @@
 // gemm: f32 x f32 -> f32 through CLBlast; fp16 and mixed operands through cl_kernels/gemm.cl
 // (tiled kernel); and, for every dtype combination, a GEMV-style kernel when m <= 16 with
 // trans_b (decode-time products with a weight matrix [n, k]: memory bound on the weights, where
-// CLBlast's padded tiles waste most of their work).
+// CLBlast's padded tiles waste most of their work). On NVIDIA's driver, products with f16 weights
+// [n, k] run on the tensor cores (kvc_gemv_mma for 2..16 rows, kvc_gemm_mma for more).
 #include <clblast.h>
 
 #include <algorithm>
@@ -149,6 +150,38 @@ bool run_gemv_mma(cl_backend & be, const op_desc & op) {
     return true;
 }
 
+// kvc_gemm_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, more
+// than 16 rows (the prefill's weight products; fewer go to the GEMVs above), f16 weights [N, K] with
+// K % 32 == 0 and 16-byte aligned rows of A and B. Elsewhere the tiled kernel runs on the CUDA cores
+// at about a tenth of the tensor cores' rate.
+bool run_gemm_mma(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<gemm_params>();
+    if (!p.trans_b || p.m <= kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 32 != 0 ||
+        elem_off(op.src[1]) % 8 != 0 || p.stride_b % 8 != 0 || elem_off(op.src[0]) % 4 != 0 ||
+        p.stride_a % 4 != 0)
+        return false;
+    const char * kw = be.tensor_core_asm();
+    if (!kw) return false;
+    // Warps of 2 x 4 mma tiles (32 x 32 of C); 4 x 2 of them (a 128 x 64 tile) once A has the rows.
+    const int64_t warps_m = p.m >= 128 ? 4 : 2, warps_n = 2, mt = 2, nt = 4;
+    const int64_t bm = 16 * mt * warps_m, bn = 8 * nt * warps_n;
+    defines defs;
+    add_dtypes(defs, op);
+    defs.add("GEMM_MMA", 1)
+        .add("GM_WARPS_M", warps_m)
+        .add("GM_WARPS_N", warps_n)
+        .add("GM_MT", mt)
+        .add("GM_NT", nt)
+        .add("KVC_ASM", kw);
+    cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemm_mma");
+    set_gemm_args(k, op);
+    const size_t local[3] = {32, size_t(warps_m * warps_n), 1};
+    const size_t global[3] = {size_t((p.n + bn - 1) / bn) * 32, size_t((p.m + bm - 1) / bm * warps_m * warps_n),
+                              size_t(p.batch)};
+    be.launch(k, 3, global, local);
+    return true;
+}
+
 void run_tiled(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     // 64x64 tiles with 4x4 per work-item (256 work-items); 32x32 where the device caps work-groups.
@@ -171,7 +204,7 @@ void run_gemm(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     const bool all_f32 =
         op.src[0].type == dtype::f32 && op.src[1].type == dtype::f32 && op.dst[0].type == dtype::f32;
-    if (run_gemv_mma(be, op)) return;
+    if (run_gemv_mma(be, op) || run_gemm_mma(be, op)) return;
     if (p.trans_b && p.m <= kMaxGemvRows) return run_gemv(be, op);
     if (all_f32) return run_clblast(be, op);
     run_tiled(be, op);
