@@ -12,7 +12,7 @@
 //     NVIDIA's driver, 2 <= M <= 16, TRANS_B, f16 B, K % 256 == 0, 16-byte aligned rows: the tensor
 //     cores (see the kernel). NDRange: local = (32, 4, 1), global = (32, ceil(N / (8 NT)) * 4, batch).
 //   kvc_gemm_mma(same arguments)
-//     NVIDIA's driver, M > 16, TRANS_B, f16 B, K % 32 == 0, 16-byte aligned rows: the tensor cores
+//     NVIDIA's driver, M > 16, TRANS_B, f16 B, K % (32 GM_KS) == 0, 16-byte aligned rows: the tensor cores
 //     (see the kernel). NDRange: local = (32, GM_WARPS_M * GM_WARPS_N, 1), global = (ceil(N / GM_BN)
 //     * 32, ceil(M / GM_BM) * GM_WARPS_M * GM_WARPS_N, batch).
 //   kvc_gemv_small_m(same arguments)
@@ -24,7 +24,7 @@
 // Layout: A [M, K]; B [K, N], or [N, K] when TRANS_B; C [M, N]; batch item i starts at
 // i * stride_x elements (stride 0 broadcasts the operand).
 // Preamble defines: A_DT, B_DT, C_DT (KVC_F32 / KVC_F16), TRANS_B (0/1);
-//   tiled: TM, TN, TK, WM, WN;  mma: GEMM_MMA, GM_WARPS_M, GM_WARPS_N, GM_MT, GM_NT, KVC_ASM;
+//   tiled: TM, TN, TK, WM, WN;  mma: GEMM_MMA, GM_WARPS_M, GM_WARPS_N, GM_MT, GM_NT, GM_KS, KVC_ASM;
 //   gemv: M_ROWS (= M <= LANES), LANES, COLS (powers of two), VEC_A, VEC_B
 //   (1 when that operand's rows are 4-element aligned: aligned vector loads).
 
@@ -206,27 +206,31 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 
 // kvc_gemm_mma: C (M > 16 rows: the prefill's weight products) = alpha * A * B^T + beta * C on the
 // tensor cores (NVIDIA's driver, inline PTX mma.sync m16n8k16, common.cl) for f16 weights B [N, K],
-// K % 32 == 0, 16-byte aligned rows of A and B.
+// K % (32 GM_KS) == 0, 16-byte aligned rows of A and B.
 // - Precision as kvc_gemv_mma: A split into hi = f16(a) and lo = f16((a - hi) * 2^11), two
 //   accumulators, fp32 accumulation.
 // - Work-group: GM_WARPS_M x GM_WARPS_N warps, a GM_BM x GM_BN tile of C; each warp GM_MT x GM_NT
-//   mma tiles (16 x 8). K in slices of 32 channels, staged in local memory as f16 words: A's hi and lo
-//   (each element converted once per work-group, not once per warp), B as stored. Two stages: the next
-//   slice's global loads are issued before the current slice's mma and stored at the next
-//   iteration's start, one barrier per slice.
-// - Fragments in kvc_gemv_mma's permuted k order: lane (g, t) reads words 4t..4t+3 (channels
-//   8t..8t+7) of a staged row as one 16-byte local load, which serves both k16 steps of the slice. A
-//   row is 16 words, so the 8 lanes of a 16-byte load phase (rows g, g + 1; t = 0..3) read 128
-//   contiguous bytes: no bank conflicts, no padding.
+//   mma tiles (16 x 8). K in stages of 32 GM_KS channels, staged in local memory as f16 words: A's hi
+//   and lo (each element converted once per work-group, not once per warp), B as stored. Two stages:
+//   the next stage's global loads are issued before the current stage's mma and stored at the next
+//   iteration's start, one barrier per stage.
+// - Fragments in kvc_gemv_mma's permuted k order: for the 32 channels 32j..32j+31 of a stage, lane
+//   (g, t) reads 16-byte chunk 4j + t (channels 32j + 8t .. + 7) of a staged row with one local load,
+//   which serves both k16 steps. The 8 lanes of a 16-byte load phase read rows g and g + 1 (t = 0..3):
+//   at GM_KS = 1 a row is 64 bytes, so the two rows' chunks are 128 contiguous bytes; from GM_KS = 2
+//   odd rows store chunk c at c ^ 4 (gm_chunk), which keeps the two rows in different bank halves.
 // - Rows of A past M and of B past N are read clamped to the last row; their results are not stored.
 #define GM_THREADS (32 * GM_WARPS_M * GM_WARPS_N)
 #define GM_BM (16 * GM_MT * GM_WARPS_M)
 #define GM_BN (8 * GM_NT * GM_WARPS_N)
-#define GM_LA (GM_BM * 8 / GM_THREADS)  // float4 of A per work-item and slice
-#define GM_LB (GM_BN * 4 / GM_THREADS)  // 16-byte chunks of B per work-item and slice
+#define GM_CPR (4 * GM_KS)                           // 16-byte chunks per staged row
+#define GM_LA (GM_BM * 2 * GM_CPR / GM_THREADS)      // float4 of A per work-item and stage
+#define GM_LB (GM_BN * GM_CPR / GM_THREADS)          // 16-byte chunks of B per work-item and stage
 
-// One slice of this work-item's share: A rows tid / 8 + i * (threads / 8), float4 column tid % 8; B rows
-// tid / 4 + i * (threads / 4), 16-byte chunk tid % 4 (rows clamped to the last).
+inline int gm_chunk(int row, int c) { return GM_KS == 1 ? c : c ^ ((row & 1) << 2); }
+
+// One stage of this work-item's share: A rows tid / (2 CPR) + i * (threads / (2 CPR)), float4 column
+// tid % (2 CPR); B rows tid / CPR + i * (threads / CPR), chunk tid % CPR (rows clamped to the last).
 typedef struct {
     float4 a[GM_LA];
     uint4 b[GM_LB];
@@ -237,33 +241,38 @@ inline gm_slice gm_load(global const KVC_TYPE(A_DT) * A, global const KVC_TYPE(B
     gm_slice r;
 #pragma unroll
     for (int i = 0; i < GM_LA; ++i) {
-        const int m = min(m0 + tid / 8 + i * (GM_THREADS / 8), M - 1);
-        r.a[i] = KVC_LOADA4(A_DT, A + (ulong)m * K + k0 + 4 * (tid % 8), 0);
+        const int m = min(m0 + tid / (2 * GM_CPR) + i * (GM_THREADS / (2 * GM_CPR)), M - 1);
+        r.a[i] = KVC_LOADA4(A_DT, A + (ulong)m * K + k0 + 4 * (tid % (2 * GM_CPR)), 0);
     }
 #pragma unroll
     for (int i = 0; i < GM_LB; ++i) {
-        const int n = min(n0 + tid / 4 + i * (GM_THREADS / 4), N - 1);
-        r.b[i] = *(global const uint4 *)(B + (ulong)n * K + k0 + 8 * (tid % 4));
+        const int n = min(n0 + tid / GM_CPR + i * (GM_THREADS / GM_CPR), N - 1);
+        r.b[i] = *(global const uint4 *)(B + (ulong)n * K + k0 + 8 * (tid % GM_CPR));
     }
     return r;
 }
 
-// The slice into one stage: A as hi / lo f16 words, B as loaded.
-inline void gm_store(const gm_slice x, local uint4 (*ah)[4], local uint4 (*al)[4], local uint4 (*bs)[4], int tid) {
+// The stage's data into local memory: A as hi / lo f16 words, B as loaded.
+inline void gm_store(const gm_slice x, local uint4 (*ah)[GM_CPR], local uint4 (*al)[GM_CPR],
+                     local uint4 (*bs)[GM_CPR], int tid) {
 #pragma unroll
     for (int i = 0; i < GM_LA; ++i) {
-        const int r = tid / 8 + i * (GM_THREADS / 8), c = tid % 8;
+        const int r = tid / (2 * GM_CPR) + i * (GM_THREADS / (2 * GM_CPR)), c = tid % (2 * GM_CPR);
+        const int w = 2 * gm_chunk(r, c / 2) + c % 2;  // 8-byte word of the row
         const float4 v = x.a[i];
         const float h0 = kvc_round_half(clamp(v.x, -65504.0f, 65504.0f));
         const float h1 = kvc_round_half(clamp(v.y, -65504.0f, 65504.0f));
         const float h2 = kvc_round_half(clamp(v.z, -65504.0f, 65504.0f));
         const float h3 = kvc_round_half(clamp(v.w, -65504.0f, 65504.0f));
-        ((local uint2 *)ah[r])[c] = (uint2)(kvc_pack_half2(h0, h1), kvc_pack_half2(h2, h3));
-        ((local uint2 *)al[r])[c] = (uint2)(kvc_pack_half2((v.x - h0) * 2048.0f, (v.y - h1) * 2048.0f),
+        ((local uint2 *)ah[r])[w] = (uint2)(kvc_pack_half2(h0, h1), kvc_pack_half2(h2, h3));
+        ((local uint2 *)al[r])[w] = (uint2)(kvc_pack_half2((v.x - h0) * 2048.0f, (v.y - h1) * 2048.0f),
                                             kvc_pack_half2((v.z - h2) * 2048.0f, (v.w - h3) * 2048.0f));
     }
 #pragma unroll
-    for (int i = 0; i < GM_LB; ++i) bs[tid / 4 + i * (GM_THREADS / 4)][tid % 4] = x.b[i];
+    for (int i = 0; i < GM_LB; ++i) {
+        const int r = tid / GM_CPR + i * (GM_THREADS / GM_CPR);
+        bs[r][gm_chunk(r, tid % GM_CPR)] = x.b[i];
+    }
 }
 
 kernel __attribute__((reqd_work_group_size(32, GM_WARPS_M * GM_WARPS_N, 1)))
@@ -271,7 +280,7 @@ void kvc_gemm_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
                   global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
                   global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
                   int M, int N, int K, float alpha, float beta) {
-    local uint4 ahs[2][GM_BM][4], als[2][GM_BM][4], bs[2][GM_BN][4];
+    local uint4 ahs[2][GM_BM][GM_CPR], als[2][GM_BM][GM_CPR], bs[2][GM_BN][GM_CPR];
     const int lane = get_local_id(0), w = get_local_id(1), tid = 32 * w + lane, g = lane / 4, t = lane % 4;
     const int wm = w / GM_WARPS_N, wn = w % GM_WARPS_N;
     const int m0 = get_group_id(1) * GM_BM, n0 = get_group_id(0) * GM_BN;
@@ -288,30 +297,35 @@ void kvc_gemm_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[mt][nt][r] = accl[mt][nt][r] = 0.0f;
 
-    const int ra = wm * 16 * GM_MT + g, rb = wn * 8 * GM_NT + g;  // the warp's first fragment rows
+    // The warp's first fragment rows (even, so row ra + 16 mt and ra + 16 mt + 8 have g's parity).
+    const int ra = wm * 16 * GM_MT + g, rb = wn * 8 * GM_NT + g;
     gm_slice next = gm_load(A, B, m0, n0, M, N, K, 0, tid);
-    for (int k0 = 0, s = 0; k0 < K; k0 += 32, s ^= 1) {
-        // Stage s was last read two slices ago, before the previous barrier.
+    for (int k0 = 0, s = 0; k0 < K; k0 += 32 * GM_KS, s ^= 1) {
+        // Stage s was last read two stages ago, before the previous barrier.
         gm_store(next, ahs[s], als[s], bs[s], tid);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + 32 < K) next = gm_load(A, B, m0, n0, M, N, K, k0 + 32, tid);  // in flight during the mma
-        uint4 b[GM_NT];
+        if (k0 + 32 * GM_KS < K) next = gm_load(A, B, m0, n0, M, N, K, k0 + 32 * GM_KS, tid);  // in flight
 #pragma unroll
-        for (int nt = 0; nt < GM_NT; ++nt) b[nt] = bs[s][rb + 8 * nt][t];
+        for (int j = 0; j < GM_KS; ++j) {
+            const int cj = gm_chunk(g, 4 * j + t);  // every fragment row has g's parity
+            uint4 b[GM_NT];
 #pragma unroll
-        for (int mt = 0; mt < GM_MT; ++mt) {
-            const uint4 h0 = ahs[s][ra + 16 * mt][t], h1 = ahs[s][ra + 16 * mt + 8][t];
-            const uint4 l0 = als[s][ra + 16 * mt][t], l1 = als[s][ra + 16 * mt + 8][t];
+            for (int nt = 0; nt < GM_NT; ++nt) b[nt] = bs[s][rb + 8 * nt][cj];
 #pragma unroll
-            for (int nt = 0; nt < GM_NT; ++nt) {
-                KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.x, h1.x, h0.y,
-                              h1.y, b[nt].x, b[nt].y);
-                KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.z, h1.z, h0.w,
-                              h1.w, b[nt].z, b[nt].w);
-                KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.x, l1.x,
-                              l0.y, l1.y, b[nt].x, b[nt].y);
-                KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.z, l1.z,
-                              l0.w, l1.w, b[nt].z, b[nt].w);
+            for (int mt = 0; mt < GM_MT; ++mt) {
+                const uint4 h0 = ahs[s][ra + 16 * mt][cj], h1 = ahs[s][ra + 16 * mt + 8][cj];
+                const uint4 l0 = als[s][ra + 16 * mt][cj], l1 = als[s][ra + 16 * mt + 8][cj];
+#pragma unroll
+                for (int nt = 0; nt < GM_NT; ++nt) {
+                    KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.x, h1.x,
+                                  h0.y, h1.y, b[nt].x, b[nt].y);
+                    KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.z, h1.z,
+                                  h0.w, h1.w, b[nt].z, b[nt].w);
+                    KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.x,
+                                  l1.x, l0.y, l1.y, b[nt].x, b[nt].y);
+                    KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.z,
+                                  l1.z, l0.w, l1.w, b[nt].z, b[nt].w);
+                }
             }
         }
     }

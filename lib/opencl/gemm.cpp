@@ -6,6 +6,8 @@
 #include <clblast.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "opencl/cl_common.h"
 
@@ -150,10 +152,38 @@ bool run_gemv_mma(cl_backend & be, const op_desc & op) {
     return true;
 }
 
+// kvc_gemm_mma's shape: warps_m x warps_n warps of mt x nt mma tiles, stages of 32 ks channels.
+struct gemm_mma_tile {
+    int64_t warps_m, warps_n, mt, nt, ks;
+    int64_t bm() const { return 16 * mt * warps_m; }
+    int64_t bn() const { return 8 * nt * warps_n; }
+    int64_t threads() const { return 32 * warps_m * warps_n; }
+};
+
+// The default tile, or KVCOMP_CL_GEMM_TILE=warps_m,warps_n,mt,nt,ks (for timing other shapes; each
+// thread must stage whole float4 of A and chunks of B, so threads divide 8 ks bm and 4 ks bn).
+gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
+    gemm_mma_tile t{p.m >= 128 ? 4 : 2, 2, 2, 4, 1};
+    if (const char * env = std::getenv("KVCOMP_CL_GEMM_TILE"); env && *env) {
+        int64_t v[5];
+        char tail = 0;
+        const int got = std::sscanf(env, "%ld,%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail);
+        t = {v[0], v[1], v[2], v[3], v[4]};
+        KVCOMP_CHECK_ARG(got == 5 && t.warps_m > 0 && t.warps_n > 0 && t.mt > 0 && t.nt > 0 &&
+                             (t.ks == 1 || t.ks == 2 || t.ks == 4) && t.threads() <= 1024 &&
+                             (8 * t.ks * t.bm()) % t.threads() == 0 && (4 * t.ks * t.bn()) % t.threads() == 0,
+                         "KVCOMP_CL_GEMM_TILE='", env,
+                         "': expected warps_m,warps_n,mt,nt,ks with ks in {1, 2, 4}, at most 32 warps, and the "
+                         "threads dividing 8 ks bm and 4 ks bn (bm = 16 mt warps_m, bn = 8 nt warps_n)");
+    }
+    if (p.k % (32 * t.ks) != 0) t.ks = 1;
+    return t;
+}
+
 // kvc_gemm_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, more
 // than 16 rows (the prefill's weight products; fewer go to the GEMVs above), f16 weights [N, K] with
 // K % 32 == 0 and 16-byte aligned rows of A and B. Elsewhere the tiled kernel runs on the CUDA cores
-// at about a tenth of the tensor cores' rate.
+// (3.6x slower on an H200 at 4096 x 4096 x 4096: docs/kernel_notes.md).
 bool run_gemm_mma(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     if (!p.trans_b || p.m <= kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 32 != 0 ||
@@ -162,21 +192,21 @@ bool run_gemm_mma(cl_backend & be, const op_desc & op) {
         return false;
     const char * kw = be.tensor_core_asm();
     if (!kw) return false;
-    // Warps of 2 x 4 mma tiles (32 x 32 of C); 4 x 2 of them (a 128 x 64 tile) once A has the rows.
-    const int64_t warps_m = p.m >= 128 ? 4 : 2, warps_n = 2, mt = 2, nt = 4;
-    const int64_t bm = 16 * mt * warps_m, bn = 8 * nt * warps_n;
+    const gemm_mma_tile t = pick_gemm_mma_tile(p);
     defines defs;
     add_dtypes(defs, op);
     defs.add("GEMM_MMA", 1)
-        .add("GM_WARPS_M", warps_m)
-        .add("GM_WARPS_N", warps_n)
-        .add("GM_MT", mt)
-        .add("GM_NT", nt)
+        .add("GM_WARPS_M", t.warps_m)
+        .add("GM_WARPS_N", t.warps_n)
+        .add("GM_MT", t.mt)
+        .add("GM_NT", t.nt)
+        .add("GM_KS", t.ks)
         .add("KVC_ASM", kw);
     cl_kernel k = be.kernel("gemm.cl", defs, "kvc_gemm_mma");
     set_gemm_args(k, op);
-    const size_t local[3] = {32, size_t(warps_m * warps_n), 1};
-    const size_t global[3] = {size_t((p.n + bn - 1) / bn) * 32, size_t((p.m + bm - 1) / bm * warps_m * warps_n),
+    const size_t warps = size_t(t.warps_m * t.warps_n);
+    const size_t local[3] = {32, warps, 1};
+    const size_t global[3] = {size_t((p.n + t.bn() - 1) / t.bn()) * 32, size_t((p.m + t.bm() - 1) / t.bm()) * warps,
                               size_t(p.batch)};
     be.launch(k, 3, global, local);
     return true;
