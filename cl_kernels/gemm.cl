@@ -100,13 +100,21 @@ void kvc_gemm_tiled(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a
 
 #endif  // TM
 
+// The tensor-core kernels split an f32 A into hi + 2^-11 lo f16 parts; an f16 A needs no lo part.
+#if A_DT == KVC_F16
+#define KVC_SPLIT_A 0
+#else
+#define KVC_SPLIT_A 1
+#endif
+
 #if defined(GEMV_MMA)
 
 // kvc_gemv_mma: C (M <= 16 rows) = alpha * A * B^T + beta * C on the tensor cores (NVIDIA's driver,
 // inline PTX mma.sync m16n8k16, common.cl) for f16 weights B [N, K].
-// - A is split as the CUDA backend's mixed gemm does (cuda_backend/gemm.cu): hi = f16(a) (saturated:
-//   |A| must stay below 65504), lo = f16((a - hi) * 2^11), C = hi B + 2^-11 lo B, two accumulators,
-//   fp32 accumulation: about fp32 precision against exact f16 weights.
+// - An f32 A is split as the CUDA backend's mixed gemm does (cuda_backend/gemm.cu): hi = f16(a)
+//   (saturated: |A| must stay below 65504), lo = f16((a - hi) * 2^11), C = hi B + 2^-11 lo B, two
+//   accumulators, fp32 accumulation: about fp32 precision against exact f16 weights. An f16 A (the
+//   engine's matmul inputs with f16 weights) is its own hi: no split, half the mma (KVC_SPLIT_A 0).
 // - The k order inside a 32-channel chunk is permuted so that every operand is a contiguous load:
 //   lane (g, t) reads channels k + 8t .. k + 8t + 7 of weight row n + g as one 16-byte load (a warp
 //   reads 64 contiguous bytes of each of 8 rows), and of A rows g and g + 8 as two float4 each. Its
@@ -144,23 +152,33 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
     // U chunks per iteration: their loads are issued before any is used, so a warp has U * NT 16-byte
     // weight loads per lane in flight (one chunk at a time read the weights at 1.1 TB/s, visit 98).
     for (int k = kbeg; k < kbeg + kq; k += 32 * U) {
+#if KVC_SPLIT_A
         float4 av[U][4];  // per chunk: row g channels 0..3, 4..7; row g + 8 the same
+#else
+        uint4 av[U][2];  // per chunk: rows g and g + 8, channels 0..7 as f16 pairs
+#endif
         uint4 bv[U][NT];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int ku = k + 32 * u;
+#if KVC_SPLIT_A
             av[u][0] = KVC_LOADA4(A_DT, arow0 + ku, 0), av[u][1] = KVC_LOADA4(A_DT, arow0 + ku, 1);
             av[u][2] = KVC_LOADA4(A_DT, arow1 + ku, 0), av[u][3] = KVC_LOADA4(A_DT, arow1 + ku, 1);
+#else
+            av[u][0] = *(global const uint4 *)(arow0 + ku), av[u][1] = *(global const uint4 *)(arow1 + ku);
+#endif
 #pragma unroll
             for (int j = 0; j < NT; ++j) bv[u][j] = brow[j][ku / 8];
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
+            uint hi[8];  // pairs: row g 0..3, row g + 8 4..7
+#if KVC_SPLIT_A
             float x[16];  // row g: x[0..7], row g + 8: x[8..15]
 #pragma unroll
             for (int q = 0; q < 4; ++q)
                 x[4 * q] = av[u][q].x, x[4 * q + 1] = av[u][q].y, x[4 * q + 2] = av[u][q].z, x[4 * q + 3] = av[u][q].w;
-            uint hi[8], lo[8];  // pairs: row g 0..3, row g + 8 4..7
+            uint lo[8];
 #pragma unroll
             for (int p = 0; p < 8; ++p) {
                 const bool in = p < 4 ? in0 : in1;
@@ -170,13 +188,20 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
                 hi[p] = kvc_pack_half2(h0, h1);
                 lo[p] = kvc_pack_half2((v0 - h0) * 2048.0f, (v1 - h1) * 2048.0f);
             }
+#else
+            const uint4 r0 = in0 ? av[u][0] : (uint4)(0), r1 = in1 ? av[u][1] : (uint4)(0);
+            hi[0] = r0.x, hi[1] = r0.y, hi[2] = r0.z, hi[3] = r0.w;
+            hi[4] = r1.x, hi[5] = r1.y, hi[6] = r1.z, hi[7] = r1.w;
+#endif
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const uint4 b = bv[u][j];
                 KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[0], hi[4], hi[1], hi[5], b.x, b.y);
                 KVC_MMA_16816(acc[j][0], acc[j][1], acc[j][2], acc[j][3], hi[2], hi[6], hi[3], hi[7], b.z, b.w);
+#if KVC_SPLIT_A
                 KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[0], lo[4], lo[1], lo[5], b.x, b.y);
                 KVC_MMA_16816(accl[j][0], accl[j][1], accl[j][2], accl[j][3], lo[2], lo[6], lo[3], lo[7], b.z, b.w);
+#endif
             }
         }
     }
@@ -207,8 +232,8 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 // kvc_gemm_mma: C (M > 16 rows: the prefill's weight products) = alpha * A * B^T + beta * C on the
 // tensor cores (NVIDIA's driver, inline PTX mma.sync m16n8k16, common.cl) for f16 weights B [N, K],
 // K % (32 GM_KS) == 0, 16-byte aligned rows of A and B.
-// - Precision as kvc_gemv_mma: A split into hi = f16(a) and lo = f16((a - hi) * 2^11), two
-//   accumulators, fp32 accumulation.
+// - Precision as kvc_gemv_mma: an f32 A split into hi = f16(a) and lo = f16((a - hi) * 2^11), two
+//   accumulators, fp32 accumulation; an f16 A staged as it is, one accumulator.
 // - Work-group: GM_WARPS_M x GM_WARPS_N warps, a GM_BM x GM_BN tile of C; each warp GM_MT x GM_NT
 //   mma tiles (16 x 8). K in stages of 32 GM_KS channels, staged in local memory as f16 words: A's hi
 //   and lo (each element converted once per work-group, not once per warp), B as stored. Two stages:
@@ -224,15 +249,24 @@ void kvc_gemv_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 #define GM_BM (16 * GM_MT * GM_WARPS_M)
 #define GM_BN (8 * GM_NT * GM_WARPS_N)
 #define GM_CPR (4 * GM_KS)                           // 16-byte chunks per staged row
+#if KVC_SPLIT_A
 #define GM_LA (GM_BM * 2 * GM_CPR / GM_THREADS)      // float4 of A per work-item and stage
+#else
+#define GM_LA (GM_BM * GM_CPR / GM_THREADS)          // 16-byte chunks of an f16 A per work-item and stage
+#endif
 #define GM_LB (GM_BN * GM_CPR / GM_THREADS)          // 16-byte chunks of B per work-item and stage
 
 inline int gm_chunk(int row, int c) { return GM_KS == 1 ? c : c ^ ((row & 1) << 2); }
 
-// One stage of this work-item's share: A rows tid / (2 CPR) + i * (threads / (2 CPR)), float4 column
-// tid % (2 CPR); B rows tid / CPR + i * (threads / CPR), chunk tid % CPR (rows clamped to the last).
+// One stage of this work-item's share: an f32 A's rows tid / (2 CPR) + i * (threads / (2 CPR)), float4
+// column tid % (2 CPR); B's (and an f16 A's) rows tid / CPR + i * (threads / CPR), chunk tid % CPR (rows
+// clamped to the last).
 typedef struct {
+#if KVC_SPLIT_A
     float4 a[GM_LA];
+#else
+    uint4 a[GM_LA];
+#endif
     uint4 b[GM_LB];
 } gm_slice;
 
@@ -241,8 +275,13 @@ inline gm_slice gm_load(global const KVC_TYPE(A_DT) * A, global const KVC_TYPE(B
     gm_slice r;
 #pragma unroll
     for (int i = 0; i < GM_LA; ++i) {
+#if KVC_SPLIT_A
         const int m = min(m0 + tid / (2 * GM_CPR) + i * (GM_THREADS / (2 * GM_CPR)), M - 1);
         r.a[i] = KVC_LOADA4(A_DT, A + (ulong)m * K + k0 + 4 * (tid % (2 * GM_CPR)), 0);
+#else
+        const int m = min(m0 + tid / GM_CPR + i * (GM_THREADS / GM_CPR), M - 1);
+        r.a[i] = *(global const uint4 *)(A + (ulong)m * K + k0 + 8 * (tid % GM_CPR));
+#endif
     }
 #pragma unroll
     for (int i = 0; i < GM_LB; ++i) {
@@ -252,9 +291,16 @@ inline gm_slice gm_load(global const KVC_TYPE(A_DT) * A, global const KVC_TYPE(B
     return r;
 }
 
-// The stage's data into local memory: A as hi / lo f16 words, B as loaded.
+// The stage's data into local memory: an f32 A as hi / lo f16 words, B and an f16 A as loaded.
 inline void gm_store(const gm_slice x, local uint4 (*ah)[GM_CPR], local uint4 (*al)[GM_CPR],
                      local uint4 (*bs)[GM_CPR], int tid) {
+#if !KVC_SPLIT_A
+#pragma unroll
+    for (int i = 0; i < GM_LA; ++i) {
+        const int r = tid / GM_CPR + i * (GM_THREADS / GM_CPR);
+        ah[r][gm_chunk(r, tid % GM_CPR)] = x.a[i];
+    }
+#else
 #pragma unroll
     for (int i = 0; i < GM_LA; ++i) {
         const int r = tid / (2 * GM_CPR) + i * (GM_THREADS / (2 * GM_CPR)), c = tid % (2 * GM_CPR);
@@ -268,6 +314,7 @@ inline void gm_store(const gm_slice x, local uint4 (*ah)[GM_CPR], local uint4 (*
         ((local uint2 *)al[r])[w] = (uint2)(kvc_pack_half2((v.x - h0) * 2048.0f, (v.y - h1) * 2048.0f),
                                             kvc_pack_half2((v.z - h2) * 2048.0f, (v.w - h3) * 2048.0f));
     }
+#endif
 #pragma unroll
     for (int i = 0; i < GM_LB; ++i) {
         const int r = tid / GM_CPR + i * (GM_THREADS / GM_CPR);
@@ -280,7 +327,12 @@ void kvc_gemm_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
                   global const KVC_TYPE(B_DT) * B, ulong b_off, ulong stride_b,
                   global KVC_TYPE(C_DT) * C, ulong c_off, ulong stride_c,
                   int M, int N, int K, float alpha, float beta) {
+#if KVC_SPLIT_A
     local uint4 ahs[2][GM_BM][GM_CPR], als[2][GM_BM][GM_CPR], bs[2][GM_BN][GM_CPR];
+#else
+    local uint4 ahs[2][GM_BM][GM_CPR], bs[2][GM_BN][GM_CPR];
+    local uint4 (*als)[GM_BM][GM_CPR] = ahs;  // not used: an f16 A has no lo part
+#endif
     const int lane = get_local_id(0), w = get_local_id(1), tid = 32 * w + lane, g = lane / 4, t = lane % 4;
     const int wm = w / GM_WARPS_N, wn = w % GM_WARPS_N;
     const int m0 = get_group_id(1) * GM_BM, n0 = get_group_id(0) * GM_BN;
@@ -314,17 +366,21 @@ void kvc_gemm_mma(global const KVC_TYPE(A_DT) * A, ulong a_off, ulong stride_a,
 #pragma unroll
             for (int mt = 0; mt < GM_MT; ++mt) {
                 const uint4 h0 = ahs[s][ra + 16 * mt][cj], h1 = ahs[s][ra + 16 * mt + 8][cj];
+#if KVC_SPLIT_A
                 const uint4 l0 = als[s][ra + 16 * mt][cj], l1 = als[s][ra + 16 * mt + 8][cj];
+#endif
 #pragma unroll
                 for (int nt = 0; nt < GM_NT; ++nt) {
                     KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.x, h1.x,
                                   h0.y, h1.y, b[nt].x, b[nt].y);
                     KVC_MMA_16816(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3], h0.z, h1.z,
                                   h0.w, h1.w, b[nt].z, b[nt].w);
+#if KVC_SPLIT_A
                     KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.x,
                                   l1.x, l0.y, l1.y, b[nt].x, b[nt].y);
                     KVC_MMA_16816(accl[mt][nt][0], accl[mt][nt][1], accl[mt][nt][2], accl[mt][nt][3], l0.z,
                                   l1.z, l0.w, l1.w, b[nt].z, b[nt].w);
+#endif
                 }
             }
         }

@@ -137,6 +137,12 @@ void full_list(list & l) {
         p = gemm(140, 35, 64, true, 2);
         p.stride_b = 0;
         l.add<gemm_case>(f32, f16, f32, p);
+        // f16 A: rows 16-byte aligned (the tensor cores) and 8-byte aligned (the tiled kernel).
+        for (int64_t gap : {8, 4}) {
+            p = gemm(33, 19, 64, true, 3);
+            p.stride_a += gap, p.stride_b += 8, p.beta = 0.5f;
+            l.add<gemm_case>(f16, f16, f32, p);
+        }
     }
     // Batched: gaps between items (untouched C gaps must stay untouched), packed, broadcasts.
     for (int i = 0; i < 4; ++i) {
@@ -296,9 +302,14 @@ void perf_list(list & l, bool cpu) {
         l.add<gemm_case>(f16, f16, f32, gemm(m, 4096 / s, 4096 / s, true));
     l.add<gemm_case>(f32, f16, f32, gemm(16, 4096 / s, 4096 / s, true));
     l.add<gemm_case>(f16, f16, f16, gemm(512 / s, 4096 / s, 4096 / s, true));
-    // The prefill's weight products for a 4K prompt (f32 activations): attention and FFN widths.
-    l.add<gemm_case>(f32, f16, f32, gemm(4096 / s, 4096 / s, 4096 / s, true));
-    l.add<gemm_case>(f32, f16, f32, gemm(4096 / s, 14336 / s, 4096 / s, true));
+    // The weight products of a 4K prompt's prefill and of a batch-16 decode step at the FFN's widths,
+    // with the engine's f16 matmul inputs (and the prefill's with f32 ones).
+    for (dtype a : {f32, f16}) {
+        l.add<gemm_case>(a, f16, f32, gemm(4096 / s, 4096 / s, 4096 / s, true));
+        l.add<gemm_case>(a, f16, f32, gemm(4096 / s, 14336 / s, 4096 / s, true));
+    }
+    l.add<gemm_case>(f16, f16, f32, gemm(16, 14336 / s, 4096 / s, true));
+    l.add<gemm_case>(f16, f16, f32, gemm(16, 4096 / s, 14336 / s, true));
     l.add<gemm_case>(f32, f32, f32, gemm(1024 / s, 1024 / s, 1024 / s, false));
     l.add<rms_norm_case>(int64_t(16), int64_t(4096), f32, false);
     l.add<rope_case>(rope(512 / s, 32, 128, 128, neox, 500000.0f), true, true, 8192);

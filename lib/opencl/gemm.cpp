@@ -122,6 +122,14 @@ void run_gemv(cl_backend & be, const op_desc & op) {
     be.launch(k, 3, global, local);
 }
 
+// Every row of A and B starts on a 16-byte boundary (with K a multiple of 8): the tensor-core kernels
+// read 16 bytes of a row at a time (an f32 A: 4 elements, an f16 A and B: 8).
+bool rows_16_byte_aligned(const op_desc & op, const gemm_params & p) {
+    const int64_t a_elems = op.src[0].type == dtype::f16 ? 8 : 4;
+    return p.k % 8 == 0 && elem_off(op.src[1]) % 8 == 0 && p.stride_b % 8 == 0 &&
+           elem_off(op.src[0]) % a_elems == 0 && p.stride_a % a_elems == 0;
+}
+
 // kvc_gemv_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, 2..16
 // rows (one row stays on kvc_gemv_small_m, which reads the weights at 1.8-1.9 TB/s on an H100; the mma
 // kernel was not timed at one row), f16 weights [N, K] with K % 256 == 0 (a quarter of K per warp in
@@ -129,8 +137,7 @@ void run_gemv(cl_backend & be, const op_desc & op) {
 bool run_gemv_mma(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     if (!p.trans_b || p.m < 2 || p.m > kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 256 != 0 ||
-        elem_off(op.src[1]) % 8 != 0 || p.stride_b % 8 != 0 || elem_off(op.src[0]) % 4 != 0 ||
-        p.stride_a % 4 != 0)
+        !rows_16_byte_aligned(op, p))
         return false;
     const char * kw = be.tensor_core_asm();
     if (!kw) return false;
@@ -163,7 +170,10 @@ struct gemm_mma_tile {
 // The default tile, or KVCOMP_CL_GEMM_TILE=warps_m,warps_n,mt,nt,ks (for timing other shapes; each
 // thread must stage whole float4 of A and chunks of B, so threads divide 8 ks bm and 4 ks bn).
 gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
-    gemm_mma_tile t{p.m >= 128 ? 4 : 2, 2, 2, 4, 1};
+    // Visit 101 (H200, f32 A, docs/kernel_notes.md): 128 x 128 tiles of 32 x 64 per warp were fastest at
+    // 4096 rows (1.04 ms for 4096 x 4096 x 4096, 1.09 with stages of 64 channels), and stages of 64 at
+    // 512 rows (0.185 ms against 0.234).
+    gemm_mma_tile t = p.m >= 128 ? gemm_mma_tile{4, 2, 2, 8, 2} : gemm_mma_tile{2, 2, 2, 4, 2};
     if (const char * env = std::getenv("KVCOMP_CL_GEMM_TILE"); env && *env) {
         int64_t v[5];
         char tail = 0;
@@ -187,8 +197,7 @@ gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
 bool run_gemm_mma(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     if (!p.trans_b || p.m <= kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 32 != 0 ||
-        elem_off(op.src[1]) % 8 != 0 || p.stride_b % 8 != 0 || elem_off(op.src[0]) % 4 != 0 ||
-        p.stride_a % 4 != 0)
+        !rows_16_byte_aligned(op, p))
         return false;
     const char * kw = be.tensor_core_asm();
     if (!kw) return false;
