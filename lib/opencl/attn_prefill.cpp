@@ -1,5 +1,6 @@
 // attn_prefill: causal attention over a ragged batch, flash-attention style with K/V tiles in local
-// memory (cl_kernels/attn_prefill.cl).
+// memory (cl_kernels/attn_prefill.cl): on the tensor cores where NVIDIA's driver runs inline PTX
+// mma.sync, else on the CUDA cores / vector units.
 #include <algorithm>
 
 #include "opencl/cl_common.h"
@@ -11,6 +12,8 @@ namespace {
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kLocalBudget = 32 * 1024;  // leaves room for several work-groups per compute unit
+
+constexpr int kMmaRows = 64;  // query rows per work-group of the tensor-core kernel (PM_BQ)
 
 struct prefill_config {
     int bq = 16, bk = 32, tpr = 8;
@@ -46,10 +49,19 @@ support supports_attn_prefill(const cl_backend & be, const op_desc & op) {
 void run_attn_prefill(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_prefill_params>();
     if (p.n_tokens == 0) return;
-    const prefill_config c = choose_config(be, p.head_dim);
+    prefill_config c = choose_config(be, p.head_dim);
     defines defs;
     const bool with_lse = op.dst.size() > 1 && op.dst[1].buf;
-    defs.add("HEAD_DIM", p.head_dim).add("BQ", c.bq).add("BK", c.bk).add("TPR", c.tpr);
+    // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole).
+    const char * kw = be.tensor_core_asm();
+    const bool mma = kw && p.head_dim % 16 == 0 && p.head_dim <= 128 && elem_off(op.src[1]) % 8 == 0 &&
+                     elem_off(op.src[2]) % 8 == 0;
+    if (mma) {
+        c.bq = kMmaRows, c.tpr = 128 / kMmaRows;  // 4 warps of 16 rows
+        defs.add("PREFILL_MMA", 1).add("HEAD_DIM", p.head_dim).add("KVC_ASM", kw);
+    } else {
+        defs.add("HEAD_DIM", p.head_dim).add("BQ", c.bq).add("BK", c.bk).add("TPR", c.tpr);
+    }
     if (with_lse) defs.add("WITH_LSE", 1);
     cl_kernel k = be.kernel("attn_prefill.cl", defs, "kvc_attn_prefill");
     set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.dst[0]),
