@@ -2,6 +2,8 @@
 // memory (cl_kernels/attn_prefill.cl): on the tensor cores where NVIDIA's driver runs inline PTX
 // mma.sync, else on the CUDA cores / vector units.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "opencl/cl_common.h"
 
@@ -52,8 +54,11 @@ void run_attn_prefill(cl_backend & be, const op_desc & op) {
     prefill_config c = choose_config(be, p.head_dim);
     defines defs;
     const bool with_lse = op.dst.size() > 1 && op.dst[1].buf;
-    // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole).
-    const char * kw = be.tensor_core_asm();
+    // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole), for
+    // now only with KVCOMP_CL_PREFILL_MMA=1: its first run on NVIDIA's driver (visit 103) broke the
+    // command queue (CL_INVALID_COMMAND_QUEUE at the next clFinish), cause not yet known.
+    const char * opt_in = std::getenv("KVCOMP_CL_PREFILL_MMA");
+    const char * kw = opt_in && std::strcmp(opt_in, "1") == 0 ? be.tensor_core_asm() : nullptr;
     const bool mma = kw && p.head_dim % 16 == 0 && p.head_dim <= 128 && elem_off(op.src[1]) % 8 == 0 &&
                      elem_off(op.src[2]) % 8 == 0;
     if (mma) {
