@@ -90,7 +90,9 @@ void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k
                       , global float * lse, ulong lse_off
 #endif
                       ) {
-    local uint k_l[2][PM_BK * PM_LD], v_l[2][PM_BK * PM_LD];
+    // uint4 arrays: the stores and the 16-byte chunks need 16-byte alignment (NVIDIA's compiler aligned
+    // uint arrays to 4 bytes only, and the first version's 16-byte stores faulted).
+    local uint4 k_l[2][PM_BK * PM_LD / 4], v_l[2][PM_BK * PM_LD / 4];
     const int tid = get_local_id(0), lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
     const int q_begin = (get_num_groups(0) - 1 - get_group_id(0)) * PM_BQ;
     const int qh = get_group_id(1), b = get_group_id(2);
@@ -133,12 +135,12 @@ void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k
     pm_tile next = pm_load(k, v, s0, len, kvh, n_kv_heads, 0, tid);
     for (int k0 = 0, st = 0; k0 < k_stop; k0 += PM_BK, st ^= 1) {
         // Stage st was last read two tiles ago, before the previous barrier.
-        pm_store(next, k_l[st], v_l[st], tid);
+        pm_store(next, (local uint *)k_l[st], (local uint *)v_l[st], tid);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (k0 + PM_BK < k_stop) next = pm_load(k, v, s0, len, kvh, n_kv_heads, k0 + PM_BK, tid);
         if (k0 > q_begin + 16 * w + 15) continue;  // every key of the tile follows the warp's rows
-        local const uint * kl = k_l[st];
-        local const uint * vl = v_l[st];
+        local const uint * kl = (local const uint *)k_l[st];
+        local const uint * vl = (local const uint *)v_l[st];
         float s[4][4];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {

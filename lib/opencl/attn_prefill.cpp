@@ -54,11 +54,10 @@ void run_attn_prefill(cl_backend & be, const op_desc & op) {
     prefill_config c = choose_config(be, p.head_dim);
     defines defs;
     const bool with_lse = op.dst.size() > 1 && op.dst[1].buf;
-    // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole), for
-    // now only with KVCOMP_CL_PREFILL_MMA=1: its first run on NVIDIA's driver (visit 103) broke the
-    // command queue (CL_INVALID_COMMAND_QUEUE at the next clFinish), cause not yet known.
-    const char * opt_in = std::getenv("KVCOMP_CL_PREFILL_MMA");
-    const char * kw = opt_in && std::strcmp(opt_in, "1") == 0 ? be.tensor_core_asm() : nullptr;
+    // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole).
+    // KVCOMP_CL_PREFILL_MMA=0 keeps the CUDA-core kernel (for timing one against the other).
+    const char * opt_out = std::getenv("KVCOMP_CL_PREFILL_MMA");
+    const char * kw = opt_out && std::strcmp(opt_out, "0") == 0 ? nullptr : be.tensor_core_asm();
     const bool mma = kw && p.head_dim % 16 == 0 && p.head_dim <= 128 && elem_off(op.src[1]) % 8 == 0 &&
                      elem_off(op.src[2]) % 8 == 0;
     if (mma) {
