@@ -33,6 +33,7 @@ from quant_grid_section import SOURCES as QUANT_GRID_SOURCES, quant_grid_section
 from quant_decode_section import quant_decode_section  # noqa: E402
 from paged_window_section import E2E_SOURCE as PAGED_WINDOW_E2E, paged_window_section  # noqa: E402
 from ocl_gemm_section import SOURCES as OCL_GEMM_E2E, ocl_gemm_section  # noqa: E402
+from ocl_tensor_core_section import SOURCES as OCL_TC_E2E, ocl_tensor_core_section  # noqa: E402
 from ocl_softmax_section import ocl_softmax_section  # noqa: E402
 from launch_section import launch_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
@@ -51,7 +52,8 @@ all_results = load_results(d)
 TTFT_PREFILL_SOURCE = "bench_ttft_prefill_h200.csv"  # TTFT before / after the prefill change (own table)
 results = [r for r in all_results
            if r["source"] not in LOWRANK_SOURCES
-           and r["source"] not in (REQUANT_SOURCE, TTFT_PREFILL_SOURCE, PAGED_WINDOW_E2E) + OCL_GEMM_E2E + QUANT_GRID_SOURCES
+           and r["source"] not in (REQUANT_SOURCE, TTFT_PREFILL_SOURCE, PAGED_WINDOW_E2E) + OCL_GEMM_E2E + OCL_TC_E2E
+           + QUANT_GRID_SOURCES
            + WORKERS_E2E_SOURCES]
 
 
@@ -319,6 +321,7 @@ if quant:
     out += quant_decode_section(d)
     out += paged_window_section(d, all_results)
     out += ocl_gemm_section(all_results)
+    out += ocl_tensor_core_section(d)
     out += ocl_softmax_section(d)
     out += launch_section(d)
 
