@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/registry.h"
 #include "host/model/model_config.h"
 #include "host/model/safetensors.h"
 
@@ -19,6 +21,28 @@
 namespace kvcomp::test {
 
 namespace fs = std::filesystem;
+
+bool prefill_rounds_to_fp16(const std::string & backend) {
+    if (backend.rfind("cuda", 0) == 0) return true;
+    if (backend.rfind("opencl", 0) != 0) return false;
+    for (const char * off : {"KVCOMP_CL_PREFILL_MMA", "KVCOMP_CL_TENSOR_CORES"})
+        if (const char * v = std::getenv(off); v && std::string(v) == "0") return false;
+    // The device the name picks ("opencl" alone: the first OpenCL GPU, else opencl:0, as create_backend).
+    std::string name = backend;
+    if (name == "opencl") {
+        name = "opencl:0";
+        for (const auto & d : list_devices())
+            if (d.info.api == "OpenCL" && d.info.is_gpu) {
+                name = d.info.name;
+                break;
+            }
+    }
+    for (const auto & d : list_devices())
+        if (d.info.name == name)
+            return d.info.vendor.find("NVIDIA") != std::string::npos ||
+                   d.info.platform.find("NVIDIA") != std::string::npos;
+    return false;
+}
 
 std::string scratch_path(const std::string & name) {
     static const fs::path root = [] {
