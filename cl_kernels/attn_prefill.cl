@@ -21,6 +21,20 @@
 // Preamble defines: HEAD_DIM, BQ, BK, TPR (divides HEAD_DIM), or PREFILL_MMA, HEAD_DIM and KVC_ASM;
 // WITH_LSE adds the lse output (the natural-log softmax denominator of each row and head).
 
+// Request b's rows [s0, s0 + len) and query head qh's KV head: both kernels' first step.
+typedef struct {
+    int s0, len, kvh;
+} kvc_prefill_request;
+
+inline kvc_prefill_request kvc_prefill_rows(global const int * seq_indptr, ulong si_off, int b, int qh, int n_q_heads,
+                                            int n_kv_heads) {
+    kvc_prefill_request r;
+    r.s0 = seq_indptr[si_off + b];
+    r.len = seq_indptr[si_off + b + 1] - r.s0;
+    r.kvh = qh / (n_q_heads / n_kv_heads);
+    return r;
+}
+
 #if defined(PREFILL_MMA)
 
 // The tensor-core kernel (as cuda_backend/attn_prefill.cu's, without ldmatrix and cp.async).
@@ -95,11 +109,10 @@ void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k
     local uint4 k_l[2][PM_BK * PM_LD / 4], v_l[2][PM_BK * PM_LD / 4];
     const int tid = get_local_id(0), lane = tid % 32, w = tid / 32, g = lane / 4, t = lane % 4;
     const int q_begin = (get_num_groups(0) - 1 - get_group_id(0)) * PM_BQ;
-    const int qh = get_group_id(1), b = get_group_id(2);
-    const int s0 = seq_indptr[si_off + b];
-    const int len = seq_indptr[si_off + b + 1] - s0;
+    const int qh = get_group_id(1);
+    const kvc_prefill_request rq = kvc_prefill_rows(seq_indptr, si_off, get_group_id(2), qh, n_q_heads, n_kv_heads);
+    const int s0 = rq.s0, len = rq.len, kvh = rq.kvh;
     if (q_begin >= len) return;  // uniform across the work-group, before any barrier
-    const int kvh = qh / (n_q_heads / n_kv_heads);
     q += q_off;
     k += k_off;
     v += v_off;
@@ -246,11 +259,9 @@ void kvc_attn_prefill(global const float * q, ulong q_off, global const half * k
     const int tid = get_local_id(0);
     const int q_begin = get_group_id(0) * BQ;
     const int qh = get_group_id(1);
-    const int b = get_group_id(2);
-    const int s0 = seq_indptr[si_off + b];
-    const int len = seq_indptr[si_off + b + 1] - s0;
+    const kvc_prefill_request rq = kvc_prefill_rows(seq_indptr, si_off, get_group_id(2), qh, n_q_heads, n_kv_heads);
+    const int s0 = rq.s0, len = rq.len, kvh = rq.kvh;
     if (q_begin >= len) return;  // uniform across the work-group, before any barrier
-    const int kvh = qh / (n_q_heads / n_kv_heads);
     q += q_off;
     k += k_off;
     v += v_off;

@@ -67,7 +67,7 @@ std::string default_backend_name() {
     return "cpu";
 }
 
-std::unique_ptr<backend> create_backend(const std::string & requested) {
+std::string resolve_backend_name(const std::string & requested) {
     std::string name = requested.empty() || requested == "default" ? default_backend_name() : requested;
     if (name == "cuda") name = "cuda:0";
     if (name == "opencl") {
@@ -79,6 +79,11 @@ std::unique_ptr<backend> create_backend(const std::string & requested) {
                 break;
             }
     }
+    return name;
+}
+
+std::unique_ptr<backend> create_backend(const std::string & requested) {
+    const std::string name = resolve_backend_name(requested);
     for (const auto & d : list_devices())
         if (d.info.name == name) return d.create();
     std::string why;

@@ -32,6 +32,10 @@ std::unique_ptr<backend> create_backend(const std::string & name);
 // Name of the backend create_backend("default") picks.
 std::string default_backend_name();
 
+// The device name create_backend(requested) looks up: "default" or "" as default_backend_name(), "cuda"
+// as cuda:0, "opencl" as the first OpenCL GPU (else opencl:0); any other name as it is.
+std::string resolve_backend_name(const std::string & requested);
+
 // What the registry could not enumerate (e.g. "OpenCL: no platforms (CL_PLATFORM_NOT_FOUND_KHR)").
 const std::vector<std::string> & registry_notes();
 

@@ -27,16 +27,7 @@ bool prefill_rounds_to_fp16(const std::string & backend) {
     if (backend.rfind("opencl", 0) != 0) return false;
     for (const char * off : {"KVCOMP_CL_PREFILL_MMA", "KVCOMP_CL_TENSOR_CORES"})
         if (const char * v = std::getenv(off); v && std::string(v) == "0") return false;
-    // The device the name picks ("opencl" alone: the first OpenCL GPU, else opencl:0, as create_backend).
-    std::string name = backend;
-    if (name == "opencl") {
-        name = "opencl:0";
-        for (const auto & d : list_devices())
-            if (d.info.api == "OpenCL" && d.info.is_gpu) {
-                name = d.info.name;
-                break;
-            }
-    }
+    const std::string name = resolve_backend_name(backend);  // the device create_backend picks
     for (const auto & d : list_devices())
         if (d.info.name == name)
             return d.info.vendor.find("NVIDIA") != std::string::npos ||
