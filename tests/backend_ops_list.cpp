@@ -123,8 +123,9 @@ void full_list(list & l) {
     }
     l.add<gemm_case>(f16, f16, f32, gemm(64, 100, 300, true));
     // More than 16 rows of f16 weights with K % 32 == 0 (NVIDIA's OpenCL driver: kvc_gemm_mma, tiles of
-    // 64 x 64 below 128 rows and 128 x 64 from there): partial tiles in both dims, f16 A and C, a long
-    // accumulation, batched with gaps, alpha / beta, and one weight matrix for every batch item.
+    // 64 x 64 below 128 rows and 128 x 128 from there; stages of 64 channels where K allows, else 32, as
+    // at K = 32 and 96): partial tiles in both dims, f16 A and C, a long accumulation, batched with gaps,
+    // alpha / beta, and one weight matrix for every batch item.
     l.add<gemm_case>(f32, f16, f32, gemm(17, 70, 32, true));
     l.add<gemm_case>(f32, f16, f32, gemm(200, 130, 256, true));
     l.add<gemm_case>(f16, f16, f16, gemm(65, 64, 96, true));

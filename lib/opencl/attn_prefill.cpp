@@ -15,7 +15,8 @@ constexpr float kLog2e = 1.44269504088896340736f;
 constexpr int kMaxHeadDim = 256;
 constexpr size_t kLocalBudget = 32 * 1024;  // leaves room for several work-groups per compute unit
 
-constexpr int kMmaRows = 64;  // query rows per work-group of the tensor-core kernel (PM_BQ)
+constexpr int kMmaRows = 64;      // query rows per work-group of the tensor-core kernel (PM_BQ)
+constexpr size_t kMmaItems = 128;  // its 4 warps of 16 rows
 
 struct prefill_config {
     int bq = 16, bk = 32, tpr = 8;
@@ -51,7 +52,7 @@ support supports_attn_prefill(const cl_backend & be, const op_desc & op) {
 void run_attn_prefill(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_prefill_params>();
     if (p.n_tokens == 0) return;
-    prefill_config c = choose_config(be, p.head_dim);
+    const prefill_config c = choose_config(be, p.head_dim);
     defines defs;
     const bool with_lse = op.dst.size() > 1 && op.dst[1].buf;
     // The tensor-core kernel where it applies (NVIDIA's driver; 16-byte K/V rows it reads whole).
@@ -60,8 +61,10 @@ void run_attn_prefill(cl_backend & be, const op_desc & op) {
     const char * kw = opt_out && std::strcmp(opt_out, "0") == 0 ? nullptr : be.tensor_core_asm();
     const bool mma = kw && p.head_dim % 16 == 0 && p.head_dim <= 128 && elem_off(op.src[1]) % 8 == 0 &&
                      elem_off(op.src[2]) % 8 == 0;
+    // Query rows and work-items per work-group.
+    const int64_t group_rows = mma ? kMmaRows : c.bq;
+    const size_t group_items = mma ? kMmaItems : size_t(c.bq * c.tpr);
     if (mma) {
-        c.bq = kMmaRows, c.tpr = 128 / kMmaRows;  // 4 warps of 16 rows
         defs.add("PREFILL_MMA", 1).add("HEAD_DIM", p.head_dim).add("KVC_ASM", kw);
     } else {
         defs.add("HEAD_DIM", p.head_dim).add("BQ", c.bq).add("BK", c.bk).add("TPR", c.tpr);
@@ -77,9 +80,9 @@ void run_attn_prefill(cl_backend & be, const op_desc & op) {
     // The grid covers max_seq_len query rows per request (the host knows it from the batch); tiles
     // past a request's end exit at once. Without a bound, n_tokens bounds every request.
     const int64_t rows = p.max_seq_len > 0 ? std::min(p.max_seq_len, p.n_tokens) : p.n_tokens;
-    const size_t nt = size_t(c.bq * c.tpr);
-    const size_t local[3] = {nt, 1, 1};
-    const size_t global[3] = {nt * size_t((rows + c.bq - 1) / c.bq), size_t(p.n_q_heads), size_t(p.batch)};
+    const size_t local[3] = {group_items, 1, 1};
+    const size_t global[3] = {group_items * size_t((rows + group_rows - 1) / group_rows), size_t(p.n_q_heads),
+                              size_t(p.batch)};
     be.launch(k, 3, global, local);
 }
 

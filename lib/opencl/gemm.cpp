@@ -6,6 +6,7 @@
 #include <clblast.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 
@@ -168,7 +169,8 @@ struct gemm_mma_tile {
 };
 
 // The default tile, or KVCOMP_CL_GEMM_TILE=warps_m,warps_n,mt,nt,ks (for timing other shapes; each
-// thread must stage whole float4 of A and chunks of B, so threads divide 8 ks bm and 4 ks bn).
+// thread must stage whole 16-byte chunks of A and B: threads divide 4 ks bm (an f16 A; an f32 A needs
+// twice as many loads) and 4 ks bn).
 gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
     // Visit 101 (H200, f32 A, docs/kernel_notes.md): 128 x 128 tiles of 32 x 64 per warp were fastest at
     // 4096 rows (1.04 ms for 4096 x 4096 x 4096, 1.09 with stages of 64 channels), and stages of 64 at
@@ -177,14 +179,15 @@ gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
     if (const char * env = std::getenv("KVCOMP_CL_GEMM_TILE"); env && *env) {
         int64_t v[5];
         char tail = 0;
-        const int got = std::sscanf(env, "%ld,%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &v[4], &tail);
+        const int got = std::sscanf(env, "%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64 ",%" SCNd64 "%c", &v[0],
+                                    &v[1], &v[2], &v[3], &v[4], &tail);
         t = {v[0], v[1], v[2], v[3], v[4]};
         KVCOMP_CHECK_ARG(got == 5 && t.warps_m > 0 && t.warps_n > 0 && t.mt > 0 && t.nt > 0 &&
                              (t.ks == 1 || t.ks == 2 || t.ks == 4) && t.threads() <= 1024 &&
-                             (8 * t.ks * t.bm()) % t.threads() == 0 && (4 * t.ks * t.bn()) % t.threads() == 0,
+                             (4 * t.ks * t.bm()) % t.threads() == 0 && (4 * t.ks * t.bn()) % t.threads() == 0,
                          "KVCOMP_CL_GEMM_TILE='", env,
                          "': expected warps_m,warps_n,mt,nt,ks with ks in {1, 2, 4}, at most 32 warps, and the "
-                         "threads dividing 8 ks bm and 4 ks bn (bm = 16 mt warps_m, bn = 8 nt warps_n)");
+                         "threads dividing 4 ks bm and 4 ks bn (bm = 16 mt warps_m, bn = 8 nt warps_n)");
     }
     if (p.k % (32 * t.ks) != 0) t.ks = 1;
     return t;
@@ -193,7 +196,7 @@ gemm_mma_tile pick_gemm_mma_tile(const gemm_params & p) {
 // kvc_gemm_mma (gemm.cl) where it applies: NVIDIA's driver with working inline PTX mma.sync, more
 // than 16 rows (the prefill's weight products; fewer go to the GEMVs above), f16 weights [N, K] with
 // K % 32 == 0 and 16-byte aligned rows of A and B. Elsewhere the tiled kernel runs on the CUDA cores
-// (3.6x slower on an H200 at 4096 x 4096 x 4096: docs/kernel_notes.md).
+// (6.3x slower with an f32 A, 11x with an f16 A at 4096 x 4096 x 4096 on an H200: docs/RESULTS.md).
 bool run_gemm_mma(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<gemm_params>();
     if (!p.trans_b || p.m <= kMaxGemvRows || op.src[1].type != dtype::f16 || p.k % 32 != 0 ||
