@@ -41,10 +41,8 @@ def _ops_table(rows, op, off_suffix, header_off):
     for s in shapes:
         on, off, cu = cell.get((s, "on")), cell.get((s, "off")), cell.get((s, "cuda"))
         tf = float(on["gflops"]) / 1000.0
-        out.append(f"| `{s}` | {_ms(on):.4g} ({tf:.0f}) | {_ms(off):.4g} | {_ms(off) / _ms(on):.1f}× | "
-                   f"{_ms(cu):.4g} |" if off and cu else
-                   f"| `{s}` | {_ms(on):.4g} ({tf:.0f}) | {_ms(off):.4g} | {_ms(off) / _ms(on):.1f}× | – |" if off else
-                   f"| `{s}` | {_ms(on):.4g} ({tf:.0f}) | – | – | – |")
+        off_cells = f"{_ms(off):.4g} | {_ms(off) / _ms(on):.1f}×" if off else "– | –"
+        out.append(f"| `{s}` | {_ms(on):.4g} ({tf:.0f}) | {off_cells} | {f'{_ms(cu):.4g}' if cu else '–'} |")
     return out + [""]
 
 
