@@ -532,6 +532,9 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
         // Prefill-sized (the tiled CUDA kernel; the cases above take its few-token kernel).
         add(std::make_unique<head_project_case>(300, std::vector<int64_t>{128, 128, 128, 128},
                                                 std::vector<int64_t>{16, 48, 128, 200}, 1));
+        // ... with input widths that are no multiple of the 16-wide k-steps, past one token tile.
+        add(std::make_unique<head_project_case>(130, std::vector<int64_t>{24, 7},
+                                                std::vector<int64_t>{33, 128}, 1));
         // kv_append_ragged: decode steps at page boundaries (shuffled), page size 1, odd widths.
         add(std::make_unique<kv_append_ragged_case>(rs(kw_odd, vw_odd, 4, {}),
                                                     std::vector<int64_t>{0, 15, 16, 31, 1, 100},

@@ -661,6 +661,12 @@ void add_quant_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
                                                     std::vector<int64_t>{300, 1, 129, 64}, std::vector<int64_t>{30, 1, 13, 7},
                                                     false));
+            // The engine's prefill call: f32 prompt keys of head_dim 128 with the prefill's lse, more
+            // probe rows than one stage of the tensor-core kernel (64) and keys past one work-group (128).
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32),
+                                                    std::vector<int64_t>{300, 0, 129, 64}, std::vector<int64_t>{30, 2, 13, 7},
+                                                    true));
+            add(std::make_unique<probe_scores_case>(spec(zipcache_layout(8, 128), 32, {}, {}, 16, f32), 333, 34, true));
             add(std::make_unique<probe_scores_case>(spec(zipcache_layout(1, 64), 4, {}, {}, 16, f32),
                                                     std::vector<int64_t>{0, 17}, std::vector<int64_t>{0, 3}, false));
         }

@@ -452,6 +452,8 @@ support cl_backend::supports(const op_desc & op) const {
             return supports_attn_prefill_ragged(*this, op);
         case op_type::attn_decode_palu:
             return supports_attn_decode_palu(*this, op);
+        case op_type::head_project:
+            return supports_head_project(*this, op);
         case op_type::count:
             return support::no("unknown op");
         default:

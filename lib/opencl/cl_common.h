@@ -305,5 +305,6 @@ support supports_kv_append_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill_ragged(const cl_backend & be, const op_desc & op);
 support supports_attn_decode_palu(const cl_backend & be, const op_desc & op);
+support supports_head_project(const cl_backend & be, const op_desc & op);
 
 }  // namespace kvcomp::cl

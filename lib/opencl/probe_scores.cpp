@@ -5,8 +5,11 @@
 // rows (probe, query head) of its request in a fixed order. No float atomics, so results do not
 // depend on scheduling. The ragged form (batch > 0) serves a whole step's requests in one call;
 // each probe only walks its own request's keys. Both passes stage RT query rows at a time in local
-// memory against keys held in private memory (RT = 16, fewer when local memory is short).
+// memory against keys held in private memory (RT = 16, fewer when local memory is short). On NVIDIA's
+// driver the column sums run on the tensor cores (PROBE_MMA in the kernel file).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "opencl/cl_common.h"
 
@@ -18,6 +21,7 @@ constexpr float kLog2e = 1.44269504088896340736f;  // dots are pre-scaled so the
 constexpr size_t kLseGroup = 128;                   // keys per work-group in the lse pass
 constexpr size_t kKeyGroup = 64;                    // keys per work-group in the scores pass
 constexpr size_t kMaxRowTile = 16;                  // query rows staged per tile
+constexpr size_t kMmaKeys = 128;                    // keys (and work-items) per work-group of the tensor-core kernel
 
 // Local memory of kvc_probe_lse (the larger of the two kernels) for a row tile and work-group size.
 size_t lse_local_bytes(int64_t head_dim, size_t rt, size_t nt) {
@@ -78,14 +82,29 @@ void run_probe_scores(cl_backend & be, const op_desc & op) {
         be.launch(lse_k, 3, global, local);
     }
 
-    cl_kernel k = be.kernel("probe_scores.cl", defs, "kvc_probe_scores");
-    size_t wg = be.reduction_wg(kKeyGroup);
-    while (wg > 1 && wg > be.kernel_wg_limit(k)) wg /= 2;
+    // The column sums on the tensor cores where NVIDIA's driver runs inline PTX mma.sync (head_dim a
+    // multiple of 16 up to 128: two keys' A operands per lane stay in registers); KVCOMP_CL_PROBE_MMA=0
+    // keeps the CUDA-core kernel (for timing one against the other).
+    const char * opt_out = std::getenv("KVCOMP_CL_PROBE_MMA");
+    const char * kw = opt_out && std::strcmp(opt_out, "0") == 0 ? nullptr : be.tensor_core_asm();
+    const bool mma = kw && p.head_dim % 16 == 0 && p.head_dim <= 128;
+    cl_kernel k = nullptr;
+    size_t wg = kMmaKeys, n_items = size_t((p.n_keys + kMmaKeys - 1) / kMmaKeys) * kMmaKeys;
+    if (mma) {
+        defines mdefs = base;
+        mdefs.add("PROBE_MMA", 1).add("KVC_ASM", kw);
+        k = be.kernel("probe_scores.cl", mdefs, "kvc_probe_scores");
+    } else {
+        k = be.kernel("probe_scores.cl", defs, "kvc_probe_scores");
+        wg = be.reduction_wg(kKeyGroup);
+        while (wg > 1 && wg > be.kernel_wg_limit(k)) wg /= 2;
+        n_items = size_t(p.n_keys);
+    }
     set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), lse, lse_off, probe_ip, key_ip,
              arg(op.dst[0]), to_int(p.n_probes), to_int(p.n_keys), to_int(p.n_q_heads), to_int(p.n_kv_heads),
              to_int(p.row_tokens), to_int(p.batch), cl_float(qscale));
     const size_t local[3] = {wg, 1, 1};
-    const size_t global[3] = {size_t(p.n_keys), size_t(p.n_kv_heads), 1};
+    const size_t global[3] = {n_items, size_t(p.n_kv_heads), 1};
     be.launch(k, 3, global, local);
 }
 
