@@ -2,6 +2,9 @@
   bench_e2e_ocl_32k_h200.csv  kvcomp bench --random-weights on opencl:1 (visit 109): none, kivi, zipcache, zipcache
                               ratio=0, and zack / fdc / palu at p = 0.5 and 0.7, batches 1 and 16 at 4K and 32K and
                               1 × 128K (p = 0.5 only): the grid of the CUDA run bench_e2e_batch16_h200.csv (visit 89);
+  bench_e2e_ocl_projection_h200.csv  the same after head_project's two kernels and probe_scores on the tensor
+                              cores (visit 110): none, fdc p = 0.5, zipcache (also with KVCOMP_CL_PROBE_MMA=0, the
+                              commit label's +probe_mma_off), zipcache ratio=0;
 one H200, docs/data/gpu_visits_2026-11-27.log. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -10,7 +13,8 @@ import os
 from results_data import num, opts, provenance, read_dicts
 
 SOURCE = "bench_e2e_ocl_32k_h200.csv"
-SOURCES = (SOURCE,)  # a tuple, as the other modules' (make_results.py adds them up)
+PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
+SOURCES = (SOURCE, PROJECTION_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -27,10 +31,12 @@ def _shown(method_opts):
 
 def _points(rows):
     """{(method, options shown, batch, prompt): {metric: value}}; a point run twice keeps its first run, and an
-    empty cell (not measured) is left out."""
+    empty cell (not measured) is left out. A commit label's "+suffix" (a run of the same binary with a
+    switch, e.g. +probe_mma_off) joins the options."""
     out = {}
     for r in rows:
-        key = (r["method"], _shown(r["method_opts"]), int(r["batch"]), int(r["context"]))
+        shown = ";".join(x for x in (_shown(r["method_opts"]), r["commit"].partition("+")[2]) if x)
+        key = (r["method"], shown, int(r["batch"]), int(r["context"]))
         if num(r["value"]) is not None:
             out.setdefault(key, {}).setdefault(r["metric"], num(r["value"]))
     return out
@@ -62,6 +68,27 @@ def _summary(title, target, parts):
             + "; ".join(f"{label}: {r:.3f}" for label, r, _ in parts) + ".", ""]
 
 
+def _table(pts):
+    """The points' table: TTFT, TBT and KV bytes, each also over none's row of the same batch and prompt."""
+    out = ["| method | options | batch | prompt | TTFT ms | TTFT / none | TBT ms | TBT / none | KV bytes | KV / none "
+           "| TBT / floor |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(pts, key=_order):
+        m, shown, b, ctx = key
+        v, n = pts[key], pts.get(("none", "", b, ctx), {})
+
+        def cell(metric, f):
+            return format(v[metric], f) if metric in v else "–"
+
+        def rel(metric):
+            return f"{v[metric] / n[metric]:.2f}" if metric in v and n.get(metric) else "–"
+
+        out.append(f"| {m} | {shown} | {b} | {ctx} | {cell('ttft_ms', '.0f')} | {rel('ttft_ms')} | "
+                   f"{cell('tbt_ms', '.2f')} | {rel('tbt_ms')} | {cell('kv_bytes_batch', '.4g')} | "
+                   f"{rel('kv_bytes_batch')} | {cell('tbt_over_floor', '.2f')} |")
+    out.append("")
+    return out
+
+
 def ocl_e2e_section(data_dir):
     rows = read_dicts(os.path.join(data_dir, SOURCE))
     if not rows:
@@ -83,23 +110,8 @@ def ocl_e2e_section(data_dir):
            "without saliency estimation); none in the same visit. \"/ none\": over none's row of the same batch and prompt in this "
            "file; KV bytes: the batch's cache at its last step; floor = (weight bytes + the batch's KV bytes) / "
            "the copy bandwidth of the run."
-           + (f" Not in the file (timed out or not run): {', '.join(missing)}." if missing else ""), "",
-           "| method | options | batch | prompt | TTFT ms | TTFT / none | TBT ms | TBT / none | KV bytes | KV / none "
-           "| TBT / floor |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for key in sorted(pts, key=_order):
-        m, shown, b, ctx = key
-        v, n = pts[key], pts.get(("none", "", b, ctx), {})
-
-        def cell(metric, f):
-            return format(v[metric], f) if metric in v else "–"
-
-        def rel(metric):
-            return f"{v[metric] / n[metric]:.2f}" if metric in v and n.get(metric) else "–"
-
-        out.append(f"| {m} | {shown} | {b} | {ctx} | {cell('ttft_ms', '.0f')} | {rel('ttft_ms')} | "
-                   f"{cell('tbt_ms', '.2f')} | {rel('tbt_ms')} | {cell('kv_bytes_batch', '.4g')} | "
-                   f"{rel('kv_bytes_batch')} | {cell('tbt_over_floor', '.2f')} |")
-    out.append("")
+           + (f" Not in the file (timed out or not run): {', '.join(missing)}." if missing else ""), ""]
+    out += _table(pts)
 
     # Palu's TBT over FDC's at the same p (above 1: FDC is faster); the issue's target covers the 32K points only.
     ps = sorted({shown for m, shown, _, _ in pts if m in ("zack", "fdc", "palu")})
@@ -112,4 +124,56 @@ def ocl_e2e_section(data_dir):
     sal = [(f"{b} × {c}", r, r <= 1.10)
            for b, c, r in _ratios(pts, ("zipcache", ""), ("zipcache", "ratio=0"), "ttft_ms")]
     out += _summary("ZipCache TTFT over zipcache ratio=0, what saliency estimation adds", "target ≤ 1.10", sal)
+    return out
+
+
+def ocl_projection_section(data_dir):
+    """Visit 110: the online projection (head_project) and the saliency pass (probe_scores) on NVIDIA's OpenCL
+    driver after their rework, against none and zipcache ratio=0 of the same visit; the probe pass on the CUDA
+    cores again by KVCOMP_CL_PROBE_MMA=0 in the same binary."""
+    rows = read_dicts(os.path.join(data_dir, PROJECTION_SOURCE))
+    if not rows:
+        return []
+    pts = _points(rows)
+    before = _points(read_dicts(os.path.join(data_dir, SOURCE)))  # visit 109, the section above
+
+    def span(top, den, metric, b=None):
+        """'lo-hi' of top over den at visit 109's points (of batch b if given)."""
+        rs = [r for bb, _, r in _ratios(before, top, den, metric) if b is None or bb == b]
+        return f"{min(rs):.2f}-{max(rs):.2f}" if rs else "–"
+
+    out = ["### The online projection and the saliency pass on NVIDIA's OpenCL driver, reworked (kvcomp bench, H200)",
+           "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/"
+           f"{PROJECTION_SOURCE}`; `docs/data/gpu_visits_2026-11-27.log`, visit 110). Visit 109 (the table above) "
+           "found both passes slow on this driver (op profiles at 1 × 32K: `docs/data/ocl_profile_1x32k_h200.log`). "
+           "`head_project` ran one work-item per output column, a chain of dependent global loads: fdc's TTFT was "
+           f"{span(('fdc', 'p=0.5'), ('none', ''), 'ttft_ms')} × none's and its TBT "
+           f"{span(('fdc', 'p=0.5'), ('none', ''), 'tbt_ms', 1)} × at batch 1. ZipCache's `probe_scores` ran on "
+           "the CUDA cores with every key in private memory: TTFT "
+           f"{span(('zipcache', ''), ('zipcache', 'ratio=0'), 'ttft_ms')} × the same quantizer without saliency. "
+           "Now `head_project` runs CUDA's two kernels (a tiled SGEMM per head; a k-split kernel for up to 64 "
+           "tokens) and the column sums run on the tensor cores (`PROBE_MMA`); `probe_mma_off` rows run the "
+           "CUDA-core column sums of the same binary (`KVCOMP_CL_PROBE_MMA=0`). Op profiles of this binary at 1 × "
+           "32K: `docs/data/ocl_profile_projection_1x32k_h200.log`. fdc at p = 0.5 with a calibration of 8192 "
+           "random tokens made on cuda:0 in the same visit; 16 generated tokens; 16 × 32K prefilled four prompts "
+           "at a time (`--prefill-tokens 131072`) for none and zipcache only (the device time ran out before "
+           "zipcache ratio=0 and fdc there). \"/ none\": over none's row of the same batch and prompt in this file.",
+           ""]
+    out += _table(pts)
+    proj = [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms")]
+    out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05", proj)
+    tbt = [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "tbt_ms")]
+    out += _summary("FDC TBT over none's", "visit 109: 1.20-1.25 at batch 1, 1.10 at 16 × 4K", tbt)
+    for label, top in (("tensor cores", ("zipcache", "")), ("CUDA cores (probe_mma=0)", ("zipcache", "probe_mma_off"))):
+        sal = [(f"{b} × {c}", r, r <= 1.10) for b, c, r in _ratios(pts, top, ("zipcache", "ratio=0"), "ttft_ms")]
+        out += _summary(f"ZipCache TTFT over zipcache ratio=0 with the column sums on the {label}",
+                        "target ≤ 1.10", sal)
+    # 16 x 32K, where ratio=0 did not run in this visit: each over none of its own visit.
+    now = _ratios(pts, ("zipcache", ""), ("none", ""), "ttft_ms")
+    then = _ratios(before, ("zipcache", "ratio=0"), ("none", ""), "ttft_ms")
+    at = [(r, q) for b, c, r in now if (b, c) == (16, 32768) for bb, cc, q in then if (bb, cc) == (16, 32768)]
+    if at:
+        out += [f"At 16 × 32K, TTFT over none's of the same visit: zipcache {at[0][0]:.3f} (this visit), zipcache "
+                f"ratio=0 {at[0][1]:.3f} (visit 109).", ""]
     return out
