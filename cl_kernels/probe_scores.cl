@@ -23,8 +23,12 @@
 //   indptr arguments are then not read).
 // Layout (lib/core/op.h): q f32 [n_probes, n_q_heads, HEAD_DIM]; k (K_DT) under the row_tokens
 //   addressing; probe_pos, key_pos i32; lse f32 [n_probes, n_q_heads]; scores f32 [n_kv_heads, n_keys].
+// kvc_probe_scores with PROBE_MMA (NVIDIA's driver, where lib/opencl/nv_mma_probe.cpp found inline PTX
+//   mma.sync working; HEAD_DIM a multiple of 16 up to 128): the same arguments and sums on the tensor
+//   cores, 128 keys per work-group of 128 work-items (see the kernel); kvc_probe_lse is not built then.
+//   NDRange: local (128, 1, 1), global (128 * ceil(n_keys / 128), n_kv_heads).
 // Preamble defines: HEAD_DIM, K_DT, NT (kvc_probe_lse's work-group size, a power of two), RT (rows
-//   per tile).
+//   per tile); or HEAD_DIM, K_DT, PROBE_MMA and KVC_ASM.
 
 #define KVC_LN2 0.69314718055994530942f
 #define KVC_LOG2E 1.44269504088896340736f
