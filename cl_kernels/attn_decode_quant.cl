@@ -23,10 +23,9 @@
 //     At the end the slot accumulators of every head are summed at once, in the staged block's local
 //     array (no longer read by then). With n_splits == 1 the result
 //     and lse go straight to out/lse; otherwise the unnormalized o, the running max m (log2 domain)
-//     and the sum l go to the scratch buffer.
-//   kvc_adq_merge: combines the splits of each (request, query head) like attn_decode's merge and
-//     writes lse = ln(sum_s 2^(m_s - M) l_s) + M ln 2 (-inf and out = 0 when there is no token).
-//     NDRange global (>= QB_HD, n_q_heads, batch).
+//     and the sum l go to the scratch buffer, for kvc_adq_merge (attn_decode_quant_merge.cl).
+//   On NVIDIA's driver lib/opencl/attn_decode_quant.cpp runs attn_decode_quant_mma.cl's kernel instead
+//   wherever that one applies; this one is the portable kernel.
 // Header counts are clamped to the capacities, and slots, window rows, pages and lengths to their ranges,
 // so corrupt metadata cannot make a work-group read outside its buffers (the CPU reference throws).
 // Layout (lib/core/op.h): q, out f32 [batch, n_q_heads, QB_HD]; pool u8 (16-byte aligned view);
@@ -108,22 +107,6 @@ inline void kvc_softmax_tile(const float * s, local int * mx_l, local float * p_
 }
 
 #ifdef KVC_NV_MMA
-// q' = q kstep of channels c, c + 1 as f16 (lo = 0) or what f16 missed (lo = 1), in one register.
-inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int lo) {
-    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + 1] * vload_half(c + 1, kstep);
-    if (lo) {
-        x0 -= kvc_round_half(x0);
-        x1 -= kvc_round_half(x1);
-    }
-    return kvc_pack_half2(x0, x1);
-}
-
-// The codes in bits [0, b) and [b, 2b) of x as F = 2^b + code in f16, one per half of the result.
-inline uint kvc_f_pair(uint x, int bits) {
-    const uint mask = (1u << bits) - 1u, e = (uint)(bits + 15) << 10;
-    return (e | ((x & mask) << (10 - bits))) | ((e | (((x >> bits) & mask) << (10 - bits))) << 16);
-}
-
 #define HD16 (QB_HD / 16)
 #endif
 
@@ -420,14 +403,4 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
             part[ml_off + ((head_row + g) * n_splits + split) * 2 + 1] = l;
         }
     }
-}
-
-kernel void kvc_adq_merge(global const float * part, ulong ml_off, global float * out, ulong out_off,
-                          global float * lse, ulong lse_off, int n_q_heads, int n_splits) {
-    const int d = get_global_id(0);
-    if (d >= QB_HD) return;
-    const ulong hr = get_global_id(2) * (ulong)n_q_heads + get_global_id(1);
-    float log2_den;
-    out[out_off + hr * QB_HD + d] = kvc_merge_splits(part, ml_off, hr, n_splits, QB_HD, d, &log2_den);
-    if (d == 0) lse[lse_off + hr] = log2_den * KVC_LN2;  // -inf stays -inf
 }

@@ -15,7 +15,8 @@
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones;
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
-//     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor(). The probe kernel runs
+//     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
+//     kvc_warp_sync(), and the code operands kvc_qk_pair() / kvc_f_pair(). The probe kernel runs
 //     the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
 // Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
@@ -225,5 +226,40 @@ inline float kvc_shfl_xor(float x, int mask) {
     float r;
     KVC_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
     return r;
+}
+// Lane src's x (shfl.sync.idx); whether p holds in any lane of the warp (vote.sync.any); a barrier
+// for the warp alone that also orders its local-memory accesses (bar.warp.sync, with the "memory"
+// clobber so that the compiler keeps loads and stores on their side of it). Every lane must call them.
+inline float kvc_shfl_idx(float x, int src) {
+    float r;
+    KVC_ASM volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(src));
+    return r;
+}
+inline int kvc_any(int p) {
+    int r;
+    KVC_ASM volatile("{ .reg .pred a; setp.ne.s32 a, %1, 0; vote.sync.any.pred a, a, 0xffffffff; selp.s32 %0, 1, 0, a; }"
+                     : "=r"(r)
+                     : "r"(p));
+    return r;
+}
+inline void kvc_warp_sync(void) {
+    KVC_ASM volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+}
+
+// The quantized decodes' codes as mma operands (attn_decode_quant.cl, attn_decode_quant_mma.cl; the
+// algebra is cuda_backend/attn_decode_quant_mma.cu's): q' = q kstep of channels c, c + 1 as f16
+// (lo = 0) or what f16 missed (lo = 1), in one register; the codes in bits [0, b) and [b, 2b) of x
+// as F = 2^b + code in f16 (exact: the code in the top b mantissa bits), one per half of the result.
+inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int lo) {
+    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + 1] * vload_half(c + 1, kstep);
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+    }
+    return kvc_pack_half2(x0, x1);
+}
+inline uint kvc_f_pair(uint x, int bits) {
+    const uint mask = (1u << bits) - 1u, e = (uint)(bits + 15) << 10;
+    return (e | ((x & mask) << (10 - bits))) | ((e | (((x >> bits) & mask) << (10 - bits))) << 16);
 }
 #endif

@@ -1,11 +1,16 @@
-// attn_decode_quant: split-KV decode attention over quantized KV blocks plus an fp16 window
-// (cl_kernels/attn_decode_quant.cl).
+// attn_decode_quant: split-KV decode attention over quantized KV blocks plus an fp16 window.
 //
+// Two kernels: on NVIDIA's driver, where inline PTX mma works, cl_kernels/attn_decode_quant_mma.cl
+// (each warp streams its own blocks, scores and values on the tensor cores) wherever its conditions
+// hold (warps_apply); elsewhere, and with KVCOMP_CL_QUANT_WARPS=0, cl_kernels/attn_decode_quant.cl.
 // Work decomposition as attn_decode: one work-group per (split, KV head x query sub-group, request),
-// all query heads of a KV head (up to 8 per work-group) together so each block is read once per
-// group. Splits cut a request's block list into equal runs (the window goes to the last split);
-// partials go to the backend's scratch buffer and a merge kernel combines them and writes lse.
+// the query heads of a KV head (up to 8 per work-group, 4 in the warp kernel) together so each block
+// is read once per group. Splits cut a request's block list into equal runs (the window goes to the
+// last split); partials go to the backend's scratch buffer and attn_decode_quant_merge.cl combines
+// them and writes lse.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "opencl/cl_common.h"
 #include "opencl/qblock_defines.h"
@@ -28,9 +33,16 @@ constexpr int64_t kGroupsPerComputeUnit = 16;
 constexpr int64_t kGroupsPerComputeUnitFewRows = 4;
 constexpr int64_t kMaxSplitsPerRow = 64;
 
-int heads_per_group(const attn_decode_quant_params & p) {
+// The warp kernel: warps per work-group, query heads per work-group at most (the mma's 8 columns
+// are (hi, lo) of 4 heads), and blocks per warp a split should hold at least (so that each warp has
+// a next block to load while it computes one).
+constexpr int kWarps = 4;
+constexpr int kWarpHeads = 4;
+constexpr int64_t kMinBlocksPerWarp = 2;
+
+int heads_per_group(const attn_decode_quant_params & p, int most) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
-    for (int g = kMaxHeadsPerGroup; g > 1; --g)
+    for (int g = most; g > 1; --g)
         if (group % g == 0) return g;
     return 1;
 }
@@ -43,6 +55,29 @@ size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     return sizeof(float) * (size_t(gb) * d + 3 * nt * gbp + size_t(gb)) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
+// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, and the warps' stages or the merge.
+size_t warps_local_bytes(const qblock_layout & q) {
+    const size_t d = size_t(q.head_dim);
+    const size_t merge = sizeof(float) * (kWarps * 4 * d + 2 * kWarps * 4);
+    return sizeof(float) * 4 * d + std::max(kWarps * size_t(q.head_bytes()), merge);
+}
+
+// Whether the warp kernel runs this op: NVIDIA's driver with inline PTX mma (not opted out with
+// KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles,
+// 32-bit aligned window rows, and the stages in local memory. Returns the inline-assembly keyword.
+const char * warps_apply(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    const char * opt_out = std::getenv("KVCOMP_CL_QUANT_WARPS");
+    if (opt_out && std::strcmp(opt_out, "0") == 0) return nullptr;
+    const int64_t d = p.q.head_dim;
+    if (d < 32 || d > 128 || d % 16 != 0 || p.q.v_group <= 0 || p.q.v_group % 16 != 0 || d % p.q.v_group != 0)
+        return nullptr;
+    if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
+    if (warps_local_bytes(p.q) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
+        return nullptr;
+    return be.tensor_core_asm();
+}
+
 }  // namespace
 
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
@@ -51,7 +86,7 @@ support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
         return support::no("pool view must start on a 16-byte boundary (slot arrays are 16-byte aligned)");
     if (p.q.head_dim / 4 > int64_t(kTileTokens) || size_t(p.q.head_dim / 4) > be.dev().max_work_group_size)
         return support::no("head_dim " + std::to_string(p.q.head_dim) + " needs more work-items than a work-group has");
-    if (local_bytes_needed(p.q, heads_per_group(p), kTileTokens) > be.dev().local_mem_bytes)
+    if (local_bytes_needed(p.q, heads_per_group(p, kMaxHeadsPerGroup), kTileTokens) > be.dev().local_mem_bytes)
         return support::no("a block head of " + std::to_string(p.q.head_bytes()) +
                            " bytes does not fit in local memory with the kernel's other arrays");
     if (p.q.slot_bytes() > 0x7fffffff || p.max_tokens > 0x7fffffff || p.n_slots > 0x7fffffff ||
@@ -60,46 +95,68 @@ support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
     return support::yes();
 }
 
-void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
-    const auto & p = op.get<attn_decode_quant_params>();
+namespace {
+
+// Splits: about kGroupsPerComputeUnit work-groups per compute unit (fewer for few rows, above), at
+// least kMinTokensPerSplit tokens and min_blocks blocks each, and whole runs of blocks. Returns
+// (n_splits, blocks per split).
+std::pair<int64_t, int64_t> pick_splits(const cl_backend & be, const attn_decode_quant_params & p, int64_t groups,
+                                        int64_t min_blocks) {
     const qblock_layout & q = p.q;
-    const int gb = heads_per_group(p);
-    const int64_t d = q.head_dim, subs = p.n_q_heads / q.n_kv_heads / gb;
-
-    // NT sizes local arrays (compile-time); fall back to smaller work-groups (>= head_dim / 4) when
-    // the device cannot run the kernel with NT work-items.
-    defines defs;
-    cl_kernel k = nullptr;
-    size_t nt = be.reduction_wg(kTileTokens);
-    for (;; nt /= 2) {
-        defs = defines();
-        add_qblock_defines(defs, q);
-        defs.add("GB", gb).add("NT", nt);
-        // The segments' scores on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma, whole warps.
-        if (gb <= 4 && nt % 32 == 0 && d % 16 == 0)
-            if (const char * kw = be.tensor_core_asm()) defs.add("KVC_NV_MMA", 1).add("KVC_ASM", kw);
-        k = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_split");
-        if (be.kernel_wg_limit(k) >= nt) break;
-        if (nt / 2 < size_t(d / 4))
-            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_split with at most ",
-                         be.kernel_wg_limit(k), " work-items, fewer than head_dim / 4 = ", d / 4);
-    }
-
-    // Splits: about kGroupsPerComputeUnit work-groups per compute unit (fewer for few rows, above), at
-    // least kMinTokensPerSplit tokens each, and whole runs of blocks.
     const int64_t max_blocks = std::max<int64_t>(1, (p.max_tokens + q.block_tokens() - 1) / q.block_tokens());
     int64_t n_splits = p.n_splits;
     if (n_splits <= 0) {
-        const int64_t groups = p.batch * q.n_kv_heads * subs;
         const int64_t cus = std::max(1, be.info().compute_units);
         int64_t want = (cus * kGroupsPerComputeUnit + groups - 1) / groups;
         if (want > kMaxSplitsPerRow) want = (cus * kGroupsPerComputeUnitFewRows + groups - 1) / groups;
-        const int64_t by_len = std::max<int64_t>(1, (p.max_tokens + kMinTokensPerSplit - 1) / kMinTokensPerSplit);
+        const int64_t by_len = std::max<int64_t>(
+            1, std::min((p.max_tokens + kMinTokensPerSplit - 1) / kMinTokensPerSplit, max_blocks / min_blocks));
         n_splits = std::clamp<int64_t>(want, 1, std::min<int64_t>({by_len, max_blocks, 1024}));
     }
     const int64_t chunk = (max_blocks + n_splits - 1) / n_splits;
     if (p.n_splits <= 0) n_splits = (max_blocks + chunk - 1) / chunk;  // no empty trailing splits
+    return {n_splits, chunk};
+}
 
+}  // namespace
+
+void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
+    const auto & p = op.get<attn_decode_quant_params>();
+    const qblock_layout & q = p.q;
+    const int64_t d = q.head_dim;
+    const char * warps_asm = warps_apply(be, op);
+    const int gb = heads_per_group(p, warps_asm ? kWarpHeads : kMaxHeadsPerGroup);
+    const int64_t subs = p.n_q_heads / q.n_kv_heads / gb;
+
+    defines defs;
+    add_qblock_defines(defs, q);
+    defs.add("GB", gb);
+    cl_kernel k = nullptr;
+    size_t local_size = 32 * kWarps;
+    if (warps_asm) {
+        defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
+        k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
+        if (be.kernel_wg_limit(k) < local_size)
+            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
+                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
+    } else {
+        // NT sizes local arrays (compile-time); fall back to smaller work-groups (>= head_dim / 4) when
+        // the device cannot run the kernel with NT work-items.
+        for (local_size = be.reduction_wg(kTileTokens);; local_size /= 2) {
+            defines nt_defs = defs;
+            nt_defs.add("NT", local_size);
+            // The segments' scores on the tensor cores (the kernel's KVC_NV_MMA): 4 heads per mma, whole warps.
+            if (gb <= 4 && local_size % 32 == 0 && d % 16 == 0)
+                if (const char * kw = be.tensor_core_asm()) nt_defs.add("KVC_NV_MMA", 1).add("KVC_ASM", kw);
+            k = be.kernel("attn_decode_quant.cl", nt_defs, "kvc_adq_split");
+            if (be.kernel_wg_limit(k) >= local_size) break;
+            if (local_size / 2 < size_t(d / 4))
+                KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_split with at most ",
+                             be.kernel_wg_limit(k), " work-items, fewer than head_dim / 4 = ", d / 4);
+        }
+    }
+
+    const auto [n_splits, chunk] = pick_splits(be, p, p.batch * q.n_kv_heads * subs, warps_asm ? kWarps * kMinBlocksPerWarp : 1);
     const tensor & out = op.dst[0];
     const tensor & lse = op.dst[1];
     const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
@@ -108,12 +165,14 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
              to_int(q.n_kv_heads), to_int(p.n_q_heads), to_int(p.n_slots), to_int(p.n_win_rows),
              to_int(p.win_tokens), to_int(p.n_win_pages), to_int(p.win_page_tokens), cl_int(n_splits),
              to_int(chunk), cl_float(p.scale * kLog2e));
-    const size_t local[3] = {nt, 1, 1};
-    const size_t global[3] = {nt * size_t(n_splits), size_t(q.n_kv_heads * subs), size_t(p.batch)};
+    const size_t local[3] = {local_size, 1, 1};
+    const size_t global[3] = {local_size * size_t(n_splits), size_t(q.n_kv_heads * subs), size_t(p.batch)};
     be.launch(k, 3, global, local);
 
     if (n_splits > 1) {
-        cl_kernel mk = be.kernel("attn_decode_quant.cl", defs, "kvc_adq_merge");
+        defines merge_defs;
+        merge_defs.add("QB_HD", d);
+        cl_kernel mk = be.kernel("attn_decode_quant_merge.cl", merge_defs, "kvc_adq_merge");
         set_args(mk, part, ml_off, arg(out), arg(lse), to_int(p.n_q_heads), cl_int(n_splits));
         const size_t mlocal[3] = {size_t(std::min<int64_t>(d, 128)), 1, 1};
         const size_t mglobal[3] = {size_t(d), size_t(p.n_q_heads), size_t(p.batch)};

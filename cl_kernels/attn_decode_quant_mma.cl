@@ -1,0 +1,490 @@
+// attn_decode_quant_mma.cl: decode attention over quantized KV blocks (lib/core/qblock.h) plus the fp16
+// window, for NVIDIA's driver: every warp streams its own blocks and computes both the scores and the
+// values on the tensor cores, with the codes themselves as mma operands. It is the OpenCL form of
+// cuda_backend/attn_decode_quant_mma.cu (the algebra, fragment layouts and per-item accumulation are
+// that kernel's; see its banner). attn_decode_quant.cl is the portable kernel, whose work-group shares
+// every tile through local memory with three barriers per tile.
+//
+// Kernel kvc_adq_warps: one work-group of NW warps per (split, KV head x chunk of GB query heads,
+//   request); NDRange local (32 NW, 1, 1), global (32 NW n_splits, n_kv_heads group / GB, batch).
+//   Split s takes the request's blocks [s chunk, (s + 1) chunk) (the last split also any beyond, and
+//   the window). Warp w takes the split's blocks w, w + NW, ...: it copies a block's KV-head region
+//   into its own local stage (16-byte loads; the first KVC_QPF chunks per lane of the next block are
+//   loaded into registers before the current block is computed, so they are in flight meanwhile),
+//   synchronizes with bar.warp.sync only, and runs every 16-token tile of the block's segments itself:
+//     scores  S^T = K Q'^T: M = 16 tokens (A = the key codes as F = 2^b + code, row-major), N = 8
+//             columns = (hi, lo) f16 parts of q' = q kstep for 4 heads, K = 16 channels; the bias
+//             sum_c q_c (kmin_c - 2^b kstep_c) per segment and head. Lane (g, t) = (lane / 4, lane % 4)
+//             holds head t's scores of tile tokens g and g + 8.
+//     softmax per lane, the running max moved lazily (past KVC_LAZY_MAX, decided by a warp vote) and
+//             shared by the 8 lanes of a head.
+//     values  O^T = V^T P'^T: M = 16 channels (row g: channel 16 m + 2 g, row g + 8: the next one;
+//             A = the value codes of two tokens per register), N = 8 = (hi, lo) of p' = p vstep for 4
+//             heads, K = 16 tokens. P' comes from the score layout with four shuffles per tile (lane
+//             (g, t) needs head g / 2's weights of tokens 2t, 2t + 1, 2t + 8, 2t + 9), times vstep of
+//             each token and value group. sum_t p_t (vmin_t - 2^b vstep_t) is kept per lane and group.
+//   Channel scales (QB_CS): a block's part is accumulated apart and added times vscale at its end.
+//   The window (f16 rows, read from global memory) is cut into 16-token tiles, dealt to the warps
+//   after the blocks; its K and V rows are mma operands as they are.
+//   At the end the warps' states are merged in local memory; with n_splits == 1 the result and lse go
+//   to out / lse, else the unnormalized o, the running max (log2 units) and the sum go to the scratch
+//   buffer for kvc_adq_merge (attn_decode_quant_merge.cl).
+// Header counts are clamped to the capacities, slots and window rows, pages and lengths checked as in
+// attn_decode_quant.cl, so corrupt metadata cannot make a warp read outside its buffers.
+// Layout: as attn_decode_quant.cl. The window buffers' element offsets are even (32-bit row reads).
+// Preamble defines: lib/opencl/qblock_defines.h (QB_HD a multiple of 16 from 32 to 128, QB_VG a multiple
+//   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group),
+//   KVC_ASM; optional KVC_QPF (16-byte chunks per lane loaded ahead, default 8; a build option can set it).
+
+#ifndef KVC_QPF
+#define KVC_QPF 8
+#endif
+#define KVC_LN2 0.69314718055994530942f
+#define HD16 (QB_HD / 16)                  // m-tiles (values) and k16 steps (scores)
+#define MPG (QB_VG / 16)                   // m-tiles per value group
+#define BLK_V4 (QB_HEAD_BYTES / 16)        // a block's KV-head region in 16-byte chunks
+#define CPL ((BLK_V4 + 31) / 32)           // chunks per lane
+#define PF (CPL < KVC_QPF ? CPL : KVC_QPF) // chunks per lane loaded ahead
+// Local memory: the warps' stages, reused at the end by the merge ([NW][4][QB_HD] outputs, then the
+// maxima and sums [NW][4] each).
+#define MERGE_V4 ((NW * 4 * QB_HD + 2 * NW * 4) / 4)
+#define AREA_V4 (NW * BLK_V4 > MERGE_V4 ? NW * BLK_V4 : MERGE_V4)
+#define KVC_INLINE __attribute__((always_inline)) inline
+
+// Per-lane state: lane (g, t) keeps head t. o[4m + k]: mma accumulator of m-tile m (k = 0, 1: channel
+// 16m + 2g, hi and lo columns; 2, 3: channel 16m + 2g + 1). ob: the current block's part (QB_CS).
+// vb[gi]: sum p_t d_t of value group gi over this lane's tokens. m: running max (log2), l: this
+// lane's part of the sum, m_item: m when the current block began (QB_CS).
+typedef struct {
+    float o[4 * HD16];
+#if QB_CS
+    float ob[4 * HD16];
+#endif
+    float vb[QB_NG];
+    float m, l, m_item;
+} kvc_wstate;
+
+#if QB_CS
+#define KVC_ACC(st) ((st)->ob)
+#else
+#define KVC_ACC(st) ((st)->o)
+#endif
+
+// Sum over the 8 lanes holding the same head (lane bits 2..4).
+KVC_INLINE float kvc_head_sum(float v) {
+    v += kvc_shfl_xor(v, 4);
+    v += kvc_shfl_xor(v, 8);
+    return v + kvc_shfl_xor(v, 16);
+}
+
+// Online softmax of this lane's two scores (log2 units, -inf when masked): their weights p0, p1.
+KVC_INLINE void kvc_softmax2(kvc_wstate * st, float s0, float s1, float * p0, float * p1) {
+    float mt = fmax(s0, s1);
+    float alpha = 1.0f;
+    if (kvc_any(mt > st->m + KVC_LAZY_MAX)) {  // warp-uniform; -inf + 8: the first finite score
+        mt = fmax(mt, kvc_shfl_xor(mt, 4));
+        mt = fmax(mt, kvc_shfl_xor(mt, 8));
+        mt = fmax(mt, kvc_shfl_xor(mt, 16));
+        const float mn = fmax(st->m, mt);
+        alpha = native_exp2(st->m - (mn == -INFINITY ? 0.0f : mn));  // nothing seen yet: 0
+        st->m = mn;
+#pragma unroll
+        for (int i = 0; i < 4 * HD16; ++i) KVC_ACC(st)[i] *= alpha;
+#pragma unroll
+        for (int i = 0; i < QB_NG; ++i) st->vb[i] *= alpha;
+    }
+    const float mu = st->m == -INFINITY ? 0.0f : st->m;
+    *p0 = native_exp2(s0 - mu);
+    *p1 = native_exp2(s1 - mu);
+    st->l = st->l * alpha + (*p0 + *p1);
+}
+
+// The B fragment pair of P' for column g (head g / 2, hi for even g, lo for odd) from weights of tile
+// tokens 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1).
+KVC_INLINE void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0, uint * b1) {
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+        x2 -= kvc_round_half(x2);
+        x3 -= kvc_round_half(x3);
+    }
+    *b0 = kvc_pack_half2(x0, x1);
+    *b1 = kvc_pack_half2(x2, x3);
+}
+
+// The weights lane (g, t) needs for the values' B operand: head g / 2's of tile tokens 2t (w[0]),
+// 2t + 1 (w[1]), 2t + 8 (w[2]), 2t + 9 (w[3]), from the lanes that hold them in the score layout.
+KVC_INLINE void kvc_transpose_p(float p0, float p1, int g, int t, float * w) {
+    const int src = 8 * t + (g >> 1);
+    w[0] = kvc_shfl_idx(p0, src);
+    w[2] = kvc_shfl_idx(p1, src);
+    w[1] = kvc_shfl_idx(p0, src + 4);
+    w[3] = kvc_shfl_idx(p1, src + 4);
+}
+
+// Scores of the 16-token tile at tok0 of a segment (n tokens, code rows at kc): head t's of tokens
+// g (.x) and g + 8 (.y), -inf past n (those rows read the segment's last row).
+KVC_INLINE float2 kvc_seg_scores(local const uchar * kc, int bits, int n, int tok0, const uint * bq0,
+                                 const uint * bq1, float bias, int g, int t) {
+    const int rb = QB_HD * bits / 8;
+    local const uint * ra = (local const uint *)(kc + min(tok0 + g, n - 1) * rb);
+    local const uint * rc = (local const uint *)(kc + min(tok0 + g + 8, n - 1) * rb);
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f, e0 = 0.0f, e1 = 0.0f, e2 = 0.0f, e3 = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD16; ++kk) {
+        const int b0 = (16 * kk + 2 * t) * bits, b8 = b0 + 8 * bits;  // bit positions in the row
+        const uint a0 = kvc_f_pair(ra[b0 >> 5] >> (b0 & 31), bits);
+        const uint a1 = kvc_f_pair(rc[b0 >> 5] >> (b0 & 31), bits);
+        const uint a2 = kvc_f_pair(ra[b8 >> 5] >> (b8 & 31), bits);
+        const uint a3 = kvc_f_pair(rc[b8 >> 5] >> (b8 & 31), bits);
+        if (kk & 1)  // two accumulators halve the chain of dependent mma
+            KVC_MMA_16816(e0, e1, e2, e3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
+        else
+            KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
+    }
+    return (float2)(tok0 + g < n ? (d0 + e0) + (d1 + e1) + bias : -INFINITY,
+                    tok0 + g + 8 < n ? (d2 + e2) + (d3 + e3) + bias : -INFINITY);
+}
+
+// Values of the tile at tok0 of a segment weighted by this lane's weights p0 (token g), p1 (g + 8).
+KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local const half * vmin,
+                               local const half * vstep, int bits, int n, int tok0, float p0, float p1, int g,
+                               int t) {
+    const int rb = QB_HD * bits / 8;
+    const uint mask = (1u << bits) - 1u;
+    float w[4];
+    kvc_transpose_p(p0, p1, g, t, w);
+    int r[4];  // rows of tile tokens 2t, 2t + 1, 2t + 8, 2t + 9
+    r[0] = min(tok0 + 2 * t, n - 1);
+    r[1] = min(tok0 + 2 * t + 1, n - 1);
+    r[2] = min(tok0 + 2 * t + 8, n - 1);
+    r[3] = min(tok0 + 2 * t + 9, n - 1);
+    const int ra = min(tok0 + g, n - 1), rc = min(tok0 + g + 8, n - 1);  // this lane's score tokens
+    const float two_b = (float)(1 << bits);
+    uint b0 = 0u, b1 = 0u;
+#pragma unroll
+    for (int m = 0; m < HD16; ++m) {
+        if (m % MPG == 0) {  // a new value group: its p' operand and offsets
+            const int gi = m / MPG;
+            kvc_p_frag(w[0] * vload_half(r[0] * QB_NG + gi, vstep), w[1] * vload_half(r[1] * QB_NG + gi, vstep),
+                       w[2] * vload_half(r[2] * QB_NG + gi, vstep), w[3] * vload_half(r[3] * QB_NG + gi, vstep), g & 1,
+                       &b0, &b1);
+            const float sa = vload_half(ra * QB_NG + gi, vstep), sc = vload_half(rc * QB_NG + gi, vstep);
+            st->vb[gi] += p0 * (vload_half(ra * QB_NG + gi, vmin) - two_b * sa) +
+                          p1 * (vload_half(rc * QB_NG + gi, vmin) - two_b * sc);
+        }
+        // Channels 16m + 2g and + 1 of the four tokens: 2 bits codes each at bit (16m + 2g) bits.
+        const int bit = (16 * m + 2 * g) * bits;
+        uint x[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[k] = ((local const uint *)(vc + r[k] * rb))[bit >> 5] >> (bit & 31);
+        const uint a0 = kvc_f_pair((x[0] & mask) | ((x[1] & mask) << bits), bits);
+        const uint a1 = kvc_f_pair(((x[0] >> bits) & mask) | (((x[1] >> bits) & mask) << bits), bits);
+        const uint a2 = kvc_f_pair((x[2] & mask) | ((x[3] & mask) << bits), bits);
+        const uint a3 = kvc_f_pair(((x[2] >> bits) & mask) | (((x[3] >> bits) & mask) << bits), bits);
+        KVC_MMA_16816(KVC_ACC(st)[4 * m], KVC_ACC(st)[4 * m + 1], KVC_ACC(st)[4 * m + 2], KVC_ACC(st)[4 * m + 3],
+                      a0, a1, a2, a3, b0, b1);
+    }
+}
+
+// Every tile of one segment of the staged block (n > 0 tokens); `bits` is a literal at each call.
+// The next tile's scores are computed between a tile's softmax and its values: independent work
+// that hides the mma and local-memory latencies of a warp that streams alone.
+KVC_INLINE void kvc_segment(kvc_wstate * st, local const uchar * seg, int bits, int kstep_off, int vmin_off,
+                            int vstep_off, int kcodes_off, int vcodes_off, int n, local const float * q_l, int g,
+                            int t) {
+    local const half * kmin = (local const half *)seg;
+    local const half * kstep = (local const half *)(seg + kstep_off);
+    // B fragments of q' (column g: head g / 2, hi or lo) and head t's bias.
+    uint bq0[HD16], bq1[HD16];
+    local const float * qh = q_l + (g >> 1) * QB_HD;
+#pragma unroll
+    for (int kk = 0; kk < HD16; ++kk) {
+        bq0[kk] = kvc_qk_pair(qh, kstep, 16 * kk + 2 * t, g & 1);
+        bq1[kk] = kvc_qk_pair(qh, kstep, 16 * kk + 2 * t + 8, g & 1);
+    }
+    float bias = 0.0f;
+    {
+        local const float * qt = q_l + t * QB_HD;
+        const float two_b = (float)(1 << bits);
+#pragma unroll
+        for (int i = 0; i < HD16 * 2; ++i) {
+            const int c = g + 8 * i;
+            bias += qt[c] * (vload_half(c, kmin) - two_b * vload_half(c, kstep));
+        }
+        bias = kvc_head_sum(bias);
+    }
+    local const uchar * kc = seg + kcodes_off;
+    local const uchar * vc = seg + vcodes_off;
+    float2 s = kvc_seg_scores(kc, bits, n, 0, bq0, bq1, bias, g, t);
+    for (int tok0 = 0; tok0 < n; tok0 += 16) {
+        float p0, p1;
+        kvc_softmax2(st, s.x, s.y, &p0, &p1);
+        if (tok0 + 16 < n) s = kvc_seg_scores(kc, bits, n, tok0 + 16, bq0, bq1, bias, g, t);
+        kvc_seg_values(st, vc, (local const half *)(seg + vmin_off), (local const half *)(seg + vstep_off), bits, n,
+                       tok0, p0, p1, g, t);
+    }
+}
+
+#if QB_CS
+// A block's separate accumulation (channel scales): start, and the end that adds it times vscale (1
+// for a window tile: vscale null) to o with the running max it was computed with.
+KVC_INLINE void kvc_item_begin(kvc_wstate * st) {
+    st->m_item = st->m;
+#pragma unroll
+    for (int i = 0; i < 4 * HD16; ++i) st->ob[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QB_NG; ++i) st->vb[i] = 0.0f;
+}
+KVC_INLINE void kvc_item_end(kvc_wstate * st, local const half * vscale, int g) {
+    const float fa = native_exp2(st->m_item - (st->m == -INFINITY ? 0.0f : st->m));
+    float vbg = 0.0f;
+#pragma unroll
+    for (int m = 0; m < HD16; ++m) {
+        if (m % MPG == 0) vbg = kvc_head_sum(st->vb[m / MPG]);
+        const float vs0 = vscale ? vload_half(16 * m + 2 * g, vscale) : 1.0f;
+        const float vs1 = vscale ? vload_half(16 * m + 2 * g + 1, vscale) : 1.0f;
+        st->o[4 * m] = st->o[4 * m] * fa + vs0 * (st->ob[4 * m] + vbg);
+        st->o[4 * m + 1] = st->o[4 * m + 1] * fa + vs0 * st->ob[4 * m + 1];
+        st->o[4 * m + 2] = st->o[4 * m + 2] * fa + vs1 * (st->ob[4 * m + 2] + vbg);
+        st->o[4 * m + 3] = st->o[4 * m + 3] * fa + vs1 * st->ob[4 * m + 3];
+    }
+}
+#endif
+
+// Element offset of the K/V row of window token j (ring slot (start + j) % win_tokens) in its page.
+KVC_INLINE ulong kvc_win_row(global const int * pages, int start, int j, int win_tokens, int page_tokens,
+                             int n_pages, int n_kv_heads, int kvh) {
+    const int s = (start + j) % win_tokens;
+    const int page = clamp(pages[s / page_tokens], 0, n_pages - 1);
+    return (((ulong)page * n_kv_heads + kvh) * page_tokens + s % page_tokens) * QB_HD;
+}
+
+// One 16-token window tile at tok0 of len tokens: K rows as A for the scores (wq0 / wq1: q in hi / lo
+// f16, natural channel order), V rows (two tokens of one channel per register) for the values.
+KVC_INLINE void kvc_window_tile(kvc_wstate * st, global const half * wk, global const half * wv,
+                                global const int * pages, int start, int len, int win_tokens, int page_tokens,
+                                int n_pages, int n_kv_heads, int kvh, int tok0, const uint * wq0, const uint * wq1,
+                                int g, int t) {
+    global const half * ka = wk + kvc_win_row(pages, start, min(tok0 + g, len - 1), win_tokens, page_tokens, n_pages,
+                                             n_kv_heads, kvh);
+    global const half * kb = wk + kvc_win_row(pages, start, min(tok0 + g + 8, len - 1), win_tokens, page_tokens,
+                                             n_pages, n_kv_heads, kvh);
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HD16; ++kk) {
+        const int c = 16 * kk + 2 * t;
+        const uint a0 = *(global const uint *)(ka + c), a1 = *(global const uint *)(kb + c);
+        const uint a2 = *(global const uint *)(ka + c + 8), a3 = *(global const uint *)(kb + c + 8);
+        KVC_MMA_16816(d0, d1, d2, d3, a0, a1, a2, a3, wq0[kk], wq1[kk]);
+    }
+    float p0, p1;
+    kvc_softmax2(st, tok0 + g < len ? d0 + d1 : -INFINITY, tok0 + g + 8 < len ? d2 + d3 : -INFINITY, &p0, &p1);
+    float w[4];
+    kvc_transpose_p(p0, p1, g, t, w);
+    uint b0, b1;
+    kvc_p_frag(w[0], w[1], w[2], w[3], g & 1, &b0, &b1);
+    global const half * vr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        vr[k] = wv + kvc_win_row(pages, start, min(tok0 + 2 * t + (k & 1) + (k >> 1) * 8, len - 1), win_tokens,
+                                 page_tokens, n_pages, n_kv_heads, kvh) +
+                2 * g;
+#pragma unroll
+    for (int m = 0; m < HD16; ++m) {
+        const uint x0 = *(global const uint *)(vr[0] + 16 * m), x1 = *(global const uint *)(vr[1] + 16 * m);
+        const uint x2 = *(global const uint *)(vr[2] + 16 * m), x3 = *(global const uint *)(vr[3] + 16 * m);
+        KVC_MMA_16816(KVC_ACC(st)[4 * m], KVC_ACC(st)[4 * m + 1], KVC_ACC(st)[4 * m + 2], KVC_ACC(st)[4 * m + 3],
+                      (x0 & 0xffffu) | (x1 << 16), (x0 >> 16) | (x1 & 0xffff0000u), (x2 & 0xffffu) | (x3 << 16),
+                      (x2 >> 16) | (x3 & 0xffff0000u), b0, b1);
+    }
+}
+
+// A block of this warp: its slot's counts, and its region's first PF chunks per lane into pf (the
+// rest is read by kvc_stage). Returns the region, or 0 for a slot out of range (skipped).
+KVC_INLINE global const uint4 * kvc_fetch(global const uchar * pool, int sl, int n_slots, int kvh, int lane,
+                                          uint4 * pf, int * n_hi, int * n_lo) {
+    *n_hi = 0;
+    *n_lo = 0;
+    if (sl < 0 || sl >= n_slots) return 0;
+    global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+    *n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
+    *n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
+    global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
+#pragma unroll
+    for (int i = 0; i < PF; ++i)
+        if (lane + 32 * i < BLK_V4) pf[i] = src[lane + 32 * i];
+    return src;
+}
+
+// The fetched block into the warp's stage: the chunks in pf, then the rest from src.
+KVC_INLINE void kvc_stage(local uint4 * stage, global const uint4 * src, const uint4 * pf, int lane) {
+#pragma unroll
+    for (int i = 0; i < PF; ++i)
+        if (lane + 32 * i < BLK_V4) stage[lane + 32 * i] = pf[i];
+#pragma unroll 4
+    for (int e = lane + 32 * PF; e < BLK_V4; e += 32) stage[e] = src[e];
+}
+
+kernel void kvc_adq_warps(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
+                          global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
+                          global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
+                          global const int * win, ulong win_off, global const int * win_pages, ulong wp_off,
+                          global float * out, ulong out_off, global float * lse, ulong lse_off, global float * part,
+                          ulong ml_off, int n_kv_heads, int n_q_heads, int n_slots, int n_win_rows, int win_tokens,
+                          int n_win_pages, int win_page_tokens, int n_splits, int chunk, float qscale) {
+    local float q_l[4 * QB_HD];  // q * qscale of the GB heads, zero rows up to 4 (the mma's columns)
+    local uint4 area[AREA_V4];   // the warps' stages; at the end the merge
+
+    const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
+    const int group = n_q_heads / n_kv_heads, subs = group / GB;
+    const int kvh = hg / subs, qh0 = kvh * group + (hg % subs) * GB;
+    local uint4 * stage = area + warp * BLK_V4;
+
+    indptr += indptr_off;
+    indices += indices_off;
+    pool += pool_off;
+    const int p0 = indptr[b], nb = max(indptr[b + 1] - p0, 0);
+    const int b_begin = min(split * chunk, nb);
+    const int b_end = split == n_splits - 1 ? nb : min(nb, b_begin + chunk);
+
+    const ulong head_row = (ulong)b * n_q_heads + qh0;  // row of query head qh0 in q / out
+    global const float * qg = q + q_off + head_row * QB_HD;
+    for (int i = tid; i < 4 * QB_HD; i += 32 * NW) q_l[i] = i < GB * QB_HD ? qg[i] * qscale : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    kvc_wstate st;
+#pragma unroll
+    for (int i = 0; i < 4 * HD16; ++i) st.o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QB_NG; ++i) st.vb[i] = 0.0f;
+    st.m = -INFINITY;
+    st.l = 0.0f;
+    st.m_item = -INFINITY;
+
+    // This warp's blocks: b_begin + warp + k NW, k < n_mine.
+    const int n_split = b_end - b_begin;
+    const int n_mine = n_split > warp ? (n_split - warp + NW - 1) / NW : 0;
+#if PF > 0
+    uint4 pf[PF];
+#else
+    uint4 * pf = 0;
+#endif
+    int n_hi, n_lo;
+    global const uint4 * src = 0;
+    if (n_mine > 0) src = kvc_fetch(pool, indices[p0 + b_begin + warp], n_slots, kvh, lane, pf, &n_hi, &n_lo);
+    for (int k = 0; k < n_mine; ++k) {
+        kvc_warp_sync();  // every lane is done with the previous block
+        const int c_hi = n_hi, c_lo = n_lo;
+        const bool have = src != 0;
+        if (have) kvc_stage(stage, src, pf, lane);
+        kvc_warp_sync();  // the block is in the stage for every lane
+        src = 0;
+        if (k + 1 < n_mine)  // the next block's loads are in flight while this one is computed
+            src = kvc_fetch(pool, indices[p0 + b_begin + warp + (k + 1) * NW], n_slots, kvh, lane, pf, &n_hi, &n_lo);
+        if (!have) continue;
+        local const uchar * hb = (local const uchar *)stage;
+#if QB_CS
+        kvc_item_begin(&st);
+#endif
+#if QB_HI_BYTES > 0
+        if (c_hi > 0)
+            kvc_segment(&st, hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
+                        c_hi, q_l, g, t);
+#endif
+#if QB_LO_BYTES > 0
+        if (c_lo > 0)
+            kvc_segment(&st, hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
+                        c_lo, q_l, g, t);
+#endif
+#if QB_CS
+        kvc_item_end(&st, (local const half *)hb, g);
+#endif
+    }
+
+    // The window's 16-token tiles, dealt to the warps after the blocks (the last split only).
+    if (split == n_splits - 1) {
+        win += win_off + (ulong)b * 3;
+        const int row = win[0], start = win[1], len = clamp(win[2], 0, win_tokens);
+        if (len > 0 && row >= 0 && row < n_win_rows && start >= 0 && start < win_tokens) {
+            const int ppr = (win_tokens + win_page_tokens - 1) / win_page_tokens;
+            global const int * pages = win_pages + wp_off + (ulong)row * ppr;
+            uint wq0[HD16], wq1[HD16];
+            local const float * qh = q_l + (g >> 1) * QB_HD;
+#pragma unroll
+            for (int kk = 0; kk < HD16; ++kk) {
+                const int c = 16 * kk + 2 * t;
+                const float x0 = qh[c], x1 = qh[c + 1], x8 = qh[c + 8], x9 = qh[c + 9];
+                wq0[kk] = (g & 1) ? kvc_pack_half2(x0 - kvc_round_half(x0), x1 - kvc_round_half(x1)) : kvc_pack_half2(x0, x1);
+                wq1[kk] = (g & 1) ? kvc_pack_half2(x8 - kvc_round_half(x8), x9 - kvc_round_half(x9)) : kvc_pack_half2(x8, x9);
+            }
+            const int n_tiles = (len + 15) / 16;
+            for (int j = (warp - n_split % NW + NW) % NW; j < n_tiles; j += NW) {
+#if QB_CS
+                kvc_item_begin(&st);
+#endif
+                kvc_window_tile(&st, win_k + wk_off, win_v + wv_off, pages, start, len, win_tokens, win_page_tokens,
+                                n_win_pages, n_kv_heads, kvh, 16 * j, wq0, wq1, g, t);
+#if QB_CS
+                kvc_item_end(&st, 0, g);
+#endif
+            }
+        }
+    }
+
+#if !QB_CS
+    {  // the value groups' offsets, summed over the head's lanes, join the hi columns
+        float vbg = 0.0f;
+#pragma unroll
+        for (int m = 0; m < HD16; ++m) {
+            if (m % MPG == 0) vbg = kvc_head_sum(st.vb[m / MPG]);
+            st.o[4 * m] += vbg;
+            st.o[4 * m + 2] += vbg;
+        }
+    }
+#endif
+    st.l = kvc_head_sum(st.l);
+
+    // Merge the warps: outputs [NW][4][QB_HD], maxima and sums [NW][4], in the stages' memory.
+    barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with its stage
+    local float * sm_o = (local float *)area;
+    local float * sm_m = sm_o + NW * 4 * QB_HD;
+    local float * sm_l = sm_m + NW * 4;
+#pragma unroll
+    for (int m = 0; m < HD16; ++m) {
+        sm_o[(warp * 4 + t) * QB_HD + 16 * m + 2 * g] = st.o[4 * m] + st.o[4 * m + 1];
+        sm_o[(warp * 4 + t) * QB_HD + 16 * m + 2 * g + 1] = st.o[4 * m + 2] + st.o[4 * m + 3];
+    }
+    if (g == 0) {
+        sm_m[warp * 4 + t] = st.m;
+        sm_l[warp * 4 + t] = st.l;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = tid; i < GB * QB_HD + GB; i += 32 * NW) {
+        const int h = i < GB * QB_HD ? i / QB_HD : i - GB * QB_HD, d = i % QB_HD;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mx = fmax(mx, sm_m[w * 4 + h]);
+        float l = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float mw = sm_m[w * 4 + h];
+            const float f = mw == -INFINITY ? 0.0f : native_exp2(mw - mx);
+            l += f * sm_l[w * 4 + h];
+            if (i < GB * QB_HD) o += f * sm_o[(w * 4 + h) * QB_HD + d];
+        }
+        const ulong hr = head_row + h;
+        if (i < GB * QB_HD) {
+            if (n_splits == 1)
+                out[out_off + hr * QB_HD + d] = l > 0.0f ? o / l : 0.0f;
+            else
+                part[(hr * n_splits + split) * QB_HD + d] = o;
+        } else if (n_splits == 1) {
+            lse[lse_off + hr] = l > 0.0f ? (mx + log2(l)) * KVC_LN2 : -INFINITY;
+        } else {
+            part[ml_off + (hr * n_splits + split) * 2] = mx;
+            part[ml_off + (hr * n_splits + split) * 2 + 1] = l;
+        }
+    }
+}
