@@ -152,8 +152,8 @@ inline void kvc_quant_segment(local const uchar * seg, int bits, int kstep_off, 
         local const float * qh = (local const float *)q4 + min(h, GB - 1) * QB_HD;
 #pragma unroll
         for (int kk = 0; kk < HD16; ++kk) {
-            bq0[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt, mg & 1) : 0u;
-            bq1[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt + 8, mg & 1) : 0u;
+            bq0[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt, 1, mg & 1) : 0u;
+            bq1[kk] = h < GB ? kvc_qk_pair(qh, kstep, 16 * kk + 2 * mt + 8, 1, mg & 1) : 0u;
         }
     }
     float bias = 0.0f;

@@ -9,9 +9,9 @@
 //   request); NDRange local (32 NW, 1, 1), global (32 NW n_splits, n_kv_heads group / GB, batch).
 //   Split s takes the request's blocks [s chunk, (s + 1) chunk) (the last split also any beyond, and
 //   the window). Warp w takes the split's blocks w, w + NW, ...: it copies a block's KV-head region
-//   into its own local stage (16-byte loads; the first KVC_QPF chunks per lane of the next block are
-//   loaded into registers before the current block is computed, so they are in flight meanwhile),
-//   synchronizes with bar.warp.sync only, and runs every 16-token tile of the block's segments itself:
+//   into its own local stage (16-byte loads; the other warps' work hides their latency: loading the
+//   next block into registers ahead was slower, docs/kernel_notes.md), synchronizes with bar.warp.sync
+//   only, and runs every 16-token tile of the block's segments itself:
 //     scores  S^T = K Q'^T: M = 16 tokens (A = the key codes as F = 2^b + code, row-major), N = 8
 //             columns = (hi, lo) f16 parts of q' = q kstep for 4 heads, K = 16 channels; the bias
 //             sum_c q_c (kmin_c - 2^b kstep_c) per segment and head. Lane (g, t) = (lane / 4, lane % 4)
@@ -34,17 +34,12 @@
 // Layout: as attn_decode_quant.cl. The window buffers' element offsets are even (32-bit row reads).
 // Preamble defines: lib/opencl/qblock_defines.h (QB_HD a multiple of 16 from 32 to 128, QB_VG a multiple
 //   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group),
-//   KVC_ASM; optional KVC_QPF (16-byte chunks per lane loaded ahead, default 8; a build option can set it).
+//   KVC_ASM.
 
-#ifndef KVC_QPF
-#define KVC_QPF 8
-#endif
 #define KVC_LN2 0.69314718055994530942f
 #define HD16 (QB_HD / 16)                  // m-tiles (values) and k16 steps (scores)
 #define MPG (QB_VG / 16)                   // m-tiles per value group
 #define BLK_V4 (QB_HEAD_BYTES / 16)        // a block's KV-head region in 16-byte chunks
-#define CPL ((BLK_V4 + 31) / 32)           // chunks per lane
-#define PF (CPL < KVC_QPF ? CPL : KVC_QPF) // chunks per lane loaded ahead
 // Local memory: the warps' stages, reused at the end by the merge ([NW][4][QB_HD] outputs, then the
 // maxima and sums [NW][4] each).
 #define MERGE_V4 ((NW * 4 * QB_HD + 2 * NW * 4) / 4)
@@ -122,21 +117,54 @@ KVC_INLINE void kvc_transpose_p(float p0, float p1, int g, int t, float * w) {
     w[3] = kvc_shfl_idx(p1, src + 4);
 }
 
+// Channel pairs (the K order of a segment's score mma, as CUDA's kernel): pair p (0..7) of a k16 step
+// is the two channels one B register of lane p % 4 holds (register p / 4): channels j and j + P of the
+// step's code word p / P, j = p % P, P = 16 / bits pairs per 32-bit word. Their codes lie 16 bits
+// apart, so one kvc_code_pair makes the A register. The first channel of pair p of step kk:
+KVC_INLINE int kvc_pair_channel(int kk, int p, int bits) {
+    const int P = 16 / bits;
+    return 16 * kk + (p / P) * (32 / bits) + p % P;
+}
+
+// Word w (a literal after unrolling) of a code row: from the row's words loaded whole (rw) when the
+// row is read whole, else from local memory.
+#define KVC_ROW_WORD(whole, rw, row, w) ((whole) ? (rw)[w] : (row)[w])
+
+// The words of a code row of rb bytes (a multiple of 16) into rw, 16 bytes at a time.
+KVC_INLINE void kvc_load_row(local const uint * row, int rb, uint * rw) {
+#pragma unroll
+    for (int i = 0; i < QB_HD / 16; ++i)  // QB_HD / 16 >= rb / 16 at 2 and 4 bits
+        if (16 * i < rb) {
+            const uint4 v = ((local const uint4 *)row)[i];
+            rw[4 * i] = v.x, rw[4 * i + 1] = v.y, rw[4 * i + 2] = v.z, rw[4 * i + 3] = v.w;
+        }
+}
+
 // Scores of the 16-token tile at tok0 of a segment (n tokens, code rows at kc): head t's of tokens
-// g (.x) and g + 8 (.y), -inf past n (those rows read the segment's last row).
+// g (.x) and g + 8 (.y), -inf past n (those rows read the segment's last row). At 2 and 4 bits the
+// lane's pairs t and t + 4 of every k16 step cover each word of the two rows: they are read whole
+// where a row is a multiple of 16 bytes; at 8 bits the lane needs half of the words, read one by one.
 KVC_INLINE float2 kvc_seg_scores(local const uchar * kc, int bits, int n, int tok0, const uint * bq0,
                                  const uint * bq1, float bias, int g, int t) {
-    const int rb = QB_HD * bits / 8;
+    const int rb = QB_HD * bits / 8, P = 16 / bits, wpk = bits / 2;  // row bytes, pairs per word, words per k16 step
     local const uint * ra = (local const uint *)(kc + min(tok0 + g, n - 1) * rb);
     local const uint * rc = (local const uint *)(kc + min(tok0 + g + 8, n - 1) * rb);
+    // Pair t: word w0 of the step, index t % P; pair t + 4: word w1, index (t + 4) % P.
+    const int w0 = bits <= 4 ? 0 : t / P, w1 = bits <= 4 ? (bits == 4 ? 1 : 0) : (t + 4) / P;
+    const int rot0 = (10 - bits - (t % P) * bits) & 31, rot1 = (10 - bits - ((t + 4) % P) * bits) & 31;
+    const bool whole = bits <= 4 && rb % 16 == 0;
+    uint wa[QB_HD / 8], wc[QB_HD / 8];
+    if (whole) {
+        kvc_load_row(ra, rb, wa);
+        kvc_load_row(rc, rb, wc);
+    }
     float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f, e0 = 0.0f, e1 = 0.0f, e2 = 0.0f, e3 = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < HD16; ++kk) {
-        const int b0 = (16 * kk + 2 * t) * bits, b8 = b0 + 8 * bits;  // bit positions in the row
-        const uint a0 = kvc_f_pair(ra[b0 >> 5] >> (b0 & 31), bits);
-        const uint a1 = kvc_f_pair(rc[b0 >> 5] >> (b0 & 31), bits);
-        const uint a2 = kvc_f_pair(ra[b8 >> 5] >> (b8 & 31), bits);
-        const uint a3 = kvc_f_pair(rc[b8 >> 5] >> (b8 & 31), bits);
+        const uint a0 = kvc_code_pair(KVC_ROW_WORD(whole, wa, ra, kk * wpk + w0), rot0, bits);
+        const uint a1 = kvc_code_pair(KVC_ROW_WORD(whole, wc, rc, kk * wpk + w0), rot0, bits);
+        const uint a2 = kvc_code_pair(KVC_ROW_WORD(whole, wa, ra, kk * wpk + w1), rot1, bits);
+        const uint a3 = kvc_code_pair(KVC_ROW_WORD(whole, wc, rc, kk * wpk + w1), rot1, bits);
         if (kk & 1)  // two accumulators halve the chain of dependent mma
             KVC_MMA_16816(e0, e1, e2, e3, a0, a1, a2, a3, bq0[kk], bq1[kk]);
         else
@@ -147,11 +175,13 @@ KVC_INLINE float2 kvc_seg_scores(local const uchar * kc, int bits, int n, int to
 }
 
 // Values of the tile at tok0 of a segment weighted by this lane's weights p0 (token g), p1 (g + 8).
+// Lane g's code pair of m-tile m (channels 16m + 2g, + 1) starts at bit o of byte bb of word wv;
+// kvc_prmt puts those bytes of two tokens' rows 16 bits apart, and kvc_code_pair makes each channel's
+// A register from them. At 2 bits every word of the four rows is needed: read whole.
 KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local const half * vmin,
                                local const half * vstep, int bits, int n, int tok0, float p0, float p1, int g,
                                int t) {
     const int rb = QB_HD * bits / 8;
-    const uint mask = (1u << bits) - 1u;
     float w[4];
     kvc_transpose_p(p0, p1, g, t, w);
     int r[4];  // rows of tile tokens 2t, 2t + 1, 2t + 8, 2t + 9
@@ -160,6 +190,18 @@ KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local co
     r[2] = min(tok0 + 2 * t + 8, n - 1);
     r[3] = min(tok0 + 2 * t + 9, n - 1);
     const int ra = min(tok0 + g, n - 1), rc = min(tok0 + g + 8, n - 1);  // this lane's score tokens
+    const int wv = (g * bits) / 16, bb = ((2 * g * bits) % 32) / 8, o = (2 * g * bits) % 8;
+    const uint sel = bb | ((bb + 1) & 7) << 4 | (bb + 4) << 8 | ((bb + 5) & 7) << 12;
+    const int rot_a = (10 - bits - o) & 31, rot_b = (10 - 2 * bits - o) & 31;
+    local const uint * vr[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) vr[k] = (local const uint *)(vc + r[k] * rb);
+    const bool whole = bits == 2 && rb % 16 == 0;
+    uint vw[4][QB_HD / 16];
+    if (whole) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) kvc_load_row(vr[k], rb, vw[k]);
+    }
     const float two_b = (float)(1 << bits);
     uint b0 = 0u, b1 = 0u;
 #pragma unroll
@@ -173,17 +215,12 @@ KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local co
             st->vb[gi] += p0 * (vload_half(ra * QB_NG + gi, vmin) - two_b * sa) +
                           p1 * (vload_half(rc * QB_NG + gi, vmin) - two_b * sc);
         }
-        // Channels 16m + 2g and + 1 of the four tokens: 2 bits codes each at bit (16m + 2g) bits.
-        const int bit = (16 * m + 2 * g) * bits;
-        uint x[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) x[k] = ((local const uint *)(vc + r[k] * rb))[bit >> 5] >> (bit & 31);
-        const uint a0 = kvc_f_pair((x[0] & mask) | ((x[1] & mask) << bits), bits);
-        const uint a1 = kvc_f_pair(((x[0] >> bits) & mask) | (((x[1] >> bits) & mask) << bits), bits);
-        const uint a2 = kvc_f_pair((x[2] & mask) | ((x[3] & mask) << bits), bits);
-        const uint a3 = kvc_f_pair(((x[2] >> bits) & mask) | (((x[3] >> bits) & mask) << bits), bits);
+        const int wi = m * (bits / 2) + wv;
+        const uint x01 = kvc_prmt(whole ? vw[0][m] : vr[0][wi], whole ? vw[1][m] : vr[1][wi], sel);
+        const uint x23 = kvc_prmt(whole ? vw[2][m] : vr[2][wi], whole ? vw[3][m] : vr[3][wi], sel);
         KVC_MMA_16816(KVC_ACC(st)[4 * m], KVC_ACC(st)[4 * m + 1], KVC_ACC(st)[4 * m + 2], KVC_ACC(st)[4 * m + 3],
-                      a0, a1, a2, a3, b0, b1);
+                      kvc_code_pair(x01, rot_a, bits), kvc_code_pair(x01, rot_b, bits), kvc_code_pair(x23, rot_a, bits),
+                      kvc_code_pair(x23, rot_b, bits), b0, b1);
     }
 }
 
@@ -195,13 +232,13 @@ KVC_INLINE void kvc_segment(kvc_wstate * st, local const uchar * seg, int bits, 
                             int t) {
     local const half * kmin = (local const half *)seg;
     local const half * kstep = (local const half *)(seg + kstep_off);
-    // B fragments of q' (column g: head g / 2, hi or lo) and head t's bias.
+    // B fragments of q' (column g: head g / 2, hi or lo; channel pairs t and t + 4) and head t's bias.
     uint bq0[HD16], bq1[HD16];
     local const float * qh = q_l + (g >> 1) * QB_HD;
 #pragma unroll
     for (int kk = 0; kk < HD16; ++kk) {
-        bq0[kk] = kvc_qk_pair(qh, kstep, 16 * kk + 2 * t, g & 1);
-        bq1[kk] = kvc_qk_pair(qh, kstep, 16 * kk + 2 * t + 8, g & 1);
+        bq0[kk] = kvc_qk_pair(qh, kstep, kvc_pair_channel(kk, t, bits), 16 / bits, g & 1);
+        bq1[kk] = kvc_qk_pair(qh, kstep, kvc_pair_channel(kk, t + 4, bits), 16 / bits, g & 1);
     }
     float bias = 0.0f;
     {
@@ -300,32 +337,6 @@ KVC_INLINE void kvc_window_tile(kvc_wstate * st, global const half * wk, global 
     }
 }
 
-// A block of this warp: its slot's counts, and its region's first PF chunks per lane into pf (the
-// rest is read by kvc_stage). Returns the region, or 0 for a slot out of range (skipped).
-KVC_INLINE global const uint4 * kvc_fetch(global const uchar * pool, int sl, int n_slots, int kvh, int lane,
-                                          uint4 * pf, int * n_hi, int * n_lo) {
-    *n_hi = 0;
-    *n_lo = 0;
-    if (sl < 0 || sl >= n_slots) return 0;
-    global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
-    *n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
-    *n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
-    global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
-#pragma unroll
-    for (int i = 0; i < PF; ++i)
-        if (lane + 32 * i < BLK_V4) pf[i] = src[lane + 32 * i];
-    return src;
-}
-
-// The fetched block into the warp's stage: the chunks in pf, then the rest from src.
-KVC_INLINE void kvc_stage(local uint4 * stage, global const uint4 * src, const uint4 * pf, int lane) {
-#pragma unroll
-    for (int i = 0; i < PF; ++i)
-        if (lane + 32 * i < BLK_V4) stage[lane + 32 * i] = pf[i];
-#pragma unroll 4
-    for (int e = lane + 32 * PF; e < BLK_V4; e += 32) stage[e] = src[e];
-}
-
 kernel void kvc_adq_warps(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
                           global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
                           global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
@@ -366,37 +377,30 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     // This warp's blocks: b_begin + warp + k NW, k < n_mine.
     const int n_split = b_end - b_begin;
     const int n_mine = n_split > warp ? (n_split - warp + NW - 1) / NW : 0;
-#if PF > 0
-    uint4 pf[PF];
-#else
-    uint4 * pf = 0;
-#endif
-    int n_hi, n_lo;
-    global const uint4 * src = 0;
-    if (n_mine > 0) src = kvc_fetch(pool, indices[p0 + b_begin + warp], n_slots, kvh, lane, pf, &n_hi, &n_lo);
     for (int k = 0; k < n_mine; ++k) {
+        const int sl = indices[p0 + b_begin + warp + k * NW];
+        if (sl < 0 || sl >= n_slots) continue;  // warp-uniform
+        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+        const int n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
+        const int n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
+        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
         kvc_warp_sync();  // every lane is done with the previous block
-        const int c_hi = n_hi, c_lo = n_lo;
-        const bool have = src != 0;
-        if (have) kvc_stage(stage, src, pf, lane);
+#pragma unroll 8
+        for (int e = lane; e < BLK_V4; e += 32) stage[e] = src[e];
         kvc_warp_sync();  // the block is in the stage for every lane
-        src = 0;
-        if (k + 1 < n_mine)  // the next block's loads are in flight while this one is computed
-            src = kvc_fetch(pool, indices[p0 + b_begin + warp + (k + 1) * NW], n_slots, kvh, lane, pf, &n_hi, &n_lo);
-        if (!have) continue;
         local const uchar * hb = (local const uchar *)stage;
 #if QB_CS
         kvc_item_begin(&st);
 #endif
 #if QB_HI_BYTES > 0
-        if (c_hi > 0)
+        if (n_hi > 0)
             kvc_segment(&st, hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
-                        c_hi, q_l, g, t);
+                        n_hi, q_l, g, t);
 #endif
 #if QB_LO_BYTES > 0
-        if (c_lo > 0)
+        if (n_lo > 0)
             kvc_segment(&st, hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
-                        c_lo, q_l, g, t);
+                        n_lo, q_l, g, t);
 #endif
 #if QB_CS
         kvc_item_end(&st, (local const half *)hb, g);

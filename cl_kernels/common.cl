@@ -16,8 +16,8 @@
 //     vector load (8 or 16 bytes) instead of four scalar ones;
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
 //     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
-//     kvc_warp_sync(), and the code operands kvc_qk_pair() / kvc_f_pair(). The probe kernel runs
-//     the same KVC_MMA_16816 that the kernels use.
+//     kvc_warp_sync(), and the code operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
+//     The probe kernel runs the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
 // Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
 
@@ -247,11 +247,17 @@ inline void kvc_warp_sync(void) {
 }
 
 // The quantized decodes' codes as mma operands (attn_decode_quant.cl, attn_decode_quant_mma.cl; the
-// algebra is cuda_backend/attn_decode_quant_mma.cu's): q' = q kstep of channels c, c + 1 as f16
-// (lo = 0) or what f16 missed (lo = 1), in one register; the codes in bits [0, b) and [b, 2b) of x
-// as F = 2^b + code in f16 (exact: the code in the top b mantissa bits), one per half of the result.
-inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int lo) {
-    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + 1] * vload_half(c + 1, kstep);
+// algebra is cuda_backend/attn_decode_quant_mma.cu's). A b-bit code in the top b mantissa bits of an
+// f16 with exponent 2^b reads as F = 2^b + code, exact.
+//   kvc_qk_pair: q' = q kstep of channels c and c + dc as f16 (lo = 0) or what f16 missed (lo = 1), in
+//     one register (c in the low half);
+//   kvc_f_pair: the codes in bits [0, b) and [b, 2b) of x as an F pair, one per half;
+//   kvc_code_pair: the codes at bits [o, o + b) and [o + 16, o + 16 + b) of x as an F pair, given rot =
+//     (10 - b - o) mod 32: one rotate and one and-or (codes 16 bits apart: the kernels order channels,
+//     or merge two tokens' bytes with kvc_prmt, so that pairs are);
+//   kvc_prmt: bytes of (b:a) picked by the selector's nibbles (PTX prmt.b32).
+inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int dc, int lo) {
+    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + dc] * vload_half(c + dc, kstep);
     if (lo) {
         x0 -= kvc_round_half(x0);
         x1 -= kvc_round_half(x1);
@@ -261,5 +267,14 @@ inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c,
 inline uint kvc_f_pair(uint x, int bits) {
     const uint mask = (1u << bits) - 1u, e = (uint)(bits + 15) << 10;
     return (e | ((x & mask) << (10 - bits))) | ((e | (((x >> bits) & mask) << (10 - bits))) << 16);
+}
+inline uint kvc_code_pair(uint x, int rot, int bits) {
+    const uint m = ((1u << bits) - 1u) << (10 - bits), e = (uint)(bits + 15) << 10;
+    return (rotate(x, (uint)rot) & (m | m << 16)) | (e | e << 16);
+}
+inline uint kvc_prmt(uint a, uint b, uint sel) {
+    uint r;
+    KVC_ASM("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
 }
 #endif

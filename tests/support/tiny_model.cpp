@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -22,10 +23,13 @@ namespace kvcomp::test {
 
 namespace fs = std::filesystem;
 
-bool prefill_rounds_to_fp16(const std::string & backend) {
-    if (backend.rfind("cuda", 0) == 0) return true;
+namespace {
+
+// Whether `backend` names an OpenCL device of NVIDIA's driver (where the tensor-core kernels run)
+// and none of the variables in `opt_outs` is "0".
+bool nvidia_opencl_unless(const std::string & backend, std::initializer_list<const char *> opt_outs) {
     if (backend.rfind("opencl", 0) != 0) return false;
-    for (const char * off : {"KVCOMP_CL_PREFILL_MMA", "KVCOMP_CL_TENSOR_CORES"})
+    for (const char * off : opt_outs)
         if (const char * v = std::getenv(off); v && std::string(v) == "0") return false;
     const std::string name = resolve_backend_name(backend);  // the device create_backend picks
     for (const auto & d : list_devices())
@@ -33,6 +37,18 @@ bool prefill_rounds_to_fp16(const std::string & backend) {
             return d.info.vendor.find("NVIDIA") != std::string::npos ||
                    d.info.platform.find("NVIDIA") != std::string::npos;
     return false;
+}
+
+}  // namespace
+
+bool prefill_rounds_to_fp16(const std::string & backend) {
+    if (backend.rfind("cuda", 0) == 0) return true;
+    return nvidia_opencl_unless(backend, {"KVCOMP_CL_PREFILL_MMA", "KVCOMP_CL_TENSOR_CORES"});
+}
+
+bool quant_decode_sums_per_item(const std::string & backend) {
+    if (backend.rfind("cuda", 0) == 0) return true;
+    return nvidia_opencl_unless(backend, {"KVCOMP_CL_QUANT_WARPS", "KVCOMP_CL_TENSOR_CORES"});
 }
 
 std::string scratch_path(const std::string & name) {

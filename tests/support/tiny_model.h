@@ -69,6 +69,10 @@ engine::engine_config tiny_engine_config(const std::string & dir, const std::str
 // and OpenCL on NVIDIA's driver (attn_prefill.cl's PREFILL_MMA kernel) unless KVCOMP_CL_PREFILL_MMA=0 or
 // KVCOMP_CL_TENSOR_CORES=0 keeps its fp32 kernel.
 bool prefill_rounds_to_fp16(const std::string & backend);
+// Whether the quantized decode on `backend` sums channel-scaled (ZipCache) blocks and window tiles
+// apart, per item, in tensor-core kernels whose results agree with KIVI's to fp32 rounding rather than
+// bit for bit: CUDA, and NVIDIA's OpenCL unless KVCOMP_CL_QUANT_WARPS or KVCOMP_CL_TENSOR_CORES is 0.
+bool quant_decode_sums_per_item(const std::string & backend);
 
 // Logits NMSE the engine tests accept against the fp64 reference on a backend (fp32 weights):
 // 1e-9 where every op is fp32; 1e-7 where the prefill attention rounds q to fp16 (its op tolerance in
