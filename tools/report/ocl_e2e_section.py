@@ -5,7 +5,10 @@
   bench_e2e_ocl_projection_h200.csv  the same after head_project's two kernels and probe_scores on the tensor
                               cores (visit 110): none, fdc p = 0.5, zipcache (also with KVCOMP_CL_PROBE_MMA=0, the
                               commit label's +probe_mma_off), zipcache ratio=0;
-one H200, docs/data/gpu_visits_2026-11-27.log. A point may be missing (a run that timed out): its cells read "–"
+  bench_e2e_ocl_quant_warps_h100.csv  none, kivi and zipcache with the per-warp tensor-core quantized decode
+                              (kvc_adq_warps) and with the work-group kernel (KVCOMP_CL_QUANT_WARPS=0, the commit
+                              label's +workgroup), batches 1 and 16 at 4K and 16K and 1 × 32K (visit 113, an H100);
+one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
 import os
@@ -14,7 +17,8 @@ from results_data import num, opts, provenance, read_dicts
 
 SOURCE = "bench_e2e_ocl_32k_h200.csv"
 PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
-SOURCES = (SOURCE, PROJECTION_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
+WARPS_SOURCE = "bench_e2e_ocl_quant_warps_h100.csv"
+SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -180,4 +184,30 @@ def ocl_projection_section(data_dir):
     if at:
         out += [f"At 16 × 32K, TTFT over none's of the same visit: zipcache {at[0][0]:.3f} (this visit), zipcache "
                 f"ratio=0 {at[0][1]:.3f} (visit 109).", ""]
+    return out
+
+
+def ocl_quant_warps_section(data_dir):
+    """Visit 113: kivi and zipcache end to end with either OpenCL quantized decode, none in the same visit."""
+    rows = read_dicts(os.path.join(data_dir, WARPS_SOURCE))
+    if not rows:
+        return []
+    pts = _points(rows)
+    out = ["### The quantized caches end to end with the per-warp decode on NVIDIA's OpenCL driver (kvcomp bench, "
+           "H100)", "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/{WARPS_SOURCE}`, "
+           "its printed tables in `docs/data/bench_e2e_ocl_quant_warps_h100.log`; `docs/data/gpu_visits_2026-11-28.log`, "
+           "visit 113): kivi and zipcache at their defaults with the quantized decode of \"The OpenCL quantized "
+           "decode with per-warp streams on the tensor cores\" (`kvc_adq_warps`) and, in the `workgroup` rows, the "
+           "same binary with `KVCOMP_CL_QUANT_WARPS=0`; none in the same visit; 16 generated tokens. Batches 1 and "
+           "16 at 4K and 16K and 1 × 32K: an H100 holds neither none's 16 × 32K cache (64 GiB) beside the "
+           "weights nor the grid's 16 × 32K in `--max-kv-gib 40`. \"/ none\": over none's row of the same batch "
+           "and prompt in this file.", ""]
+    out += _table(pts)
+    for m in ("kivi", "zipcache"):
+        parts = []
+        for b, c, r in _ratios(pts, (m, "workgroup"), (m, ""), "tbt_ms"):
+            parts.append((f"{b} × {c}", r, None))
+        out += _summary(f"{m} TBT with the work-group kernel over its TBT with the per-warp kernel", "same binary",
+                        parts)
     return out

@@ -18,7 +18,13 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_quant_mma_h200.csv         simt against mma (f5fdc51's tensor-core scores of the quantized
                                            decode; kept), visit 77
   bench_ops_ocl_quant_mma_values_h200.csv  simt, scores (f5fdc51) and values (200b24f, reverted), visit 79
-all on one NVIDIA H200 through NVIDIA's OpenCL driver (docs/data/gpu_visits_2026-11-27.log).
+  bench_ops_ocl_quant_warps_lookahead_h200.csv  workgroup against warps (6c39e7c's per-warp kernel with an 8-chunk
+                                           register look-ahead), qpf0 and qpf24 (no look-ahead, a whole block's),
+                                           visit 111
+  bench_ops_ocl_quant_warps_h100.csv       workgroup against warps (ae9a387, kept), two passes, visit 112, on an
+                                           NVIDIA H100
+all on one NVIDIA H200 through NVIDIA's OpenCL driver unless named (docs/data/gpu_visits_2026-11-28.log for
+visits from 111).
 """
 import os
 
@@ -75,6 +81,34 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_quant_warps_h100.csv",
+     "### The OpenCL quantized decode with per-warp streams on the tensor cores (H100, NVIDIA's driver, "
+     "interleaved A/B)",
+     "`bench_ops --sweeps fp16,quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), two "
+     "passes of each variant one after the other (`docs/data/{file}`, mean; visit 112): `ae9a387`'s binary with "
+     "`KVCOMP_CL_QUANT_WARPS=0` (`workgroup`: `attn_decode_quant.cl`, whose work-group shares every 64-token tile "
+     "through local memory with three barriers per tile, scores on the tensor cores, values on the CUDA cores) and "
+     "without (`warps`: `attn_decode_quant_mma.cl`, the form of CUDA's tensor-core kernel: each warp copies its own "
+     "blocks into its own stage and computes scores and values of every 16-token tile with `mma.sync`, the codes as "
+     "operands, the softmax state in its lanes' registers, bar.warp.sync its only barrier until the end). Op tests "
+     "18/18 on the driver (either kernel), no private memory in the PTX, the engine's quantized-cache unit tests "
+     "14/14 on the driver (`docs/data/ocl_quant_warps_checks_h100.log`). The fp16 rows are the unchanged paged "
+     "fp16 decode of the same runs. The quantized decodes are now faster than the fp16 one at every point from "
+     "32K; KIVI-2 at 16 × 32K reads its blocks at 0.35 of the copy bandwidth (CUDA on an H100 at `dc2bc81`: 0.47, "
+     "the table \"The tensor-core quantized decode with fewer instructions per item\" above).",
+     ),
+    ("bench_ops_ocl_quant_warps_lookahead_h200.csv",
+     "### The first version of it, and the register look-ahead it dropped (H200, NVIDIA's driver)",
+     "`bench_ops --sweeps fp16,quant` on {device} ({backend}, {date}), visit 111 (`docs/data/{file}`): `workgroup` "
+     "and `warps` two passes each, interleaved; `qpf0` and `qpf24` one pass each. `6c39e7c`'s per-warp kernel "
+     "(`warps`) loaded the first 8 16-byte chunks per lane of a warp's next block into registers before computing "
+     "the current one (`-DKVC_QPF=8`); `qpf0` loads nothing ahead and `qpf24` a whole ZipCache block (build option "
+     "`-DKVC_QPF=N` through `KVCOMP_CL_BUILD_OPTIONS`). No look-ahead beat the 8-chunk one at 9 of 12 points "
+     "and the whole block's at 7 (that one won for ZipCache at 1 × 4K and 1 × 128K, by 9-10 %; single passes), so "
+     "`ae9a387` dropped it; `6c39e7c` also built the code operands with shifts and masks per code and read code rows a word at a "
+     "time, where `ae9a387` uses CUDA's channel-pair order (one rotate and one and-or per register), `prmt` for "
+     "the value pairs, and 16-byte row loads (the table above).",
+     ),
     ("bench_ops_ocl_quant_mma_h200.csv",
      "### The OpenCL quantized decode's scores on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --sweeps quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, head dim 128), "
