@@ -8,10 +8,9 @@
 // Kernel kvc_adq_warps: one work-group of NW warps per (split, KV head x chunk of GB query heads,
 //   request); NDRange local (32 NW, 1, 1), global (32 NW n_splits, n_kv_heads group / GB, batch).
 //   Split s takes the request's blocks [s chunk, (s + 1) chunk) (the last split also any beyond, and
-//   the window). Warp w takes the split's blocks w, w + NW, ...: it copies a block's header and KV-head
-//   region into its own ring of NS local stages with cp.async, NS - 1 blocks ahead of the one it
-//   computes (NS = 1, where two stages do not fit: a synchronous copy of the region; loading the next
-//   block into registers instead was slower, docs/kernel_notes.md), synchronizes with bar.warp.sync
+//   the window). Warp w takes the split's blocks w, w + NW, ...: it copies a block's KV-head region
+//   into its own local stage (16-byte loads; the other warps' work hides their latency: loading the
+//   next block into registers ahead was slower, docs/kernel_notes.md), synchronizes with bar.warp.sync
 //   only, and runs every 16-token tile of the block's segments itself:
 //     scores  S^T = K Q'^T: M = 16 tokens (A = the key codes as F = 2^b + code, row-major), N = 8
 //             columns = (hi, lo) f16 parts of q' = q kstep for 4 heads, K = 16 channels; the bias
@@ -34,8 +33,8 @@
 // attn_decode_quant.cl, so corrupt metadata cannot make a warp read outside its buffers.
 // Layout: as attn_decode_quant.cl. The window buffers' element offsets are even (32-bit row reads).
 // Preamble defines: lib/opencl/qblock_defines.h (QB_HD a multiple of 16 from 32 to 128, QB_VG a multiple
-//   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group), NS
-//   (stages per warp, 1 to 3), KVC_ASM.
+//   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group),
+//   KVC_ASM.
 
 #define KVC_LN2 0.69314718055994530942f
 #define HD16 (QB_HD / 16)                  // m-tiles (values) and k16 steps (scores)
@@ -43,10 +42,8 @@
 #define BLK_V4 (QB_HEAD_BYTES / 16)        // a block's KV-head region in 16-byte chunks
 // Local memory: the warps' stages, reused at the end by the merge ([NW][4][QB_HD] outputs, then the
 // maxima and sums [NW][4] each).
-// With NS >= 2 stages per warp a stage holds the slot's 16-byte header, then the region.
-#define STAGE_V4 (NS > 1 ? 1 + BLK_V4 : BLK_V4)
 #define MERGE_V4 ((NW * 4 * QB_HD + 2 * NW * 4) / 4)
-#define AREA_V4 (NW * NS * STAGE_V4 > MERGE_V4 ? NW * NS * STAGE_V4 : MERGE_V4)
+#define AREA_V4 (NW * BLK_V4 > MERGE_V4 ? NW * BLK_V4 : MERGE_V4)
 #define KVC_INLINE __attribute__((always_inline)) inline
 
 // Per-lane state: lane (g, t) keeps head t. o[4m + k]: mma accumulator of m-tile m (k = 0, 1: channel
@@ -340,61 +337,6 @@ KVC_INLINE void kvc_window_tile(kvc_wstate * st, global const half * wk, global 
     }
 }
 
-#if NS > 1
-// 16 bytes from global to local memory without the registers (cp.async.cg, sm_80 on), in a group
-// committed per item; the wait leaves the last NS - 2 groups in flight. A local pointer's integer value
-// is its address in the shared window (NVIDIA's compiler emits 64-bit shared addresses).
-KVC_INLINE void kvc_cp_async16(local uint4 * dst, global const uint4 * src) {
-    KVC_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"l"((ulong)dst), "l"((ulong)src) : "memory");
-}
-KVC_INLINE void kvc_cp_commit(void) {
-    KVC_ASM volatile("cp.async.commit_group;" ::: "memory");
-}
-KVC_INLINE void kvc_cp_wait(void) {
-#if NS > 2
-    KVC_ASM volatile("cp.async.wait_group 1;" ::: "memory");
-#else
-    KVC_ASM volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-}
-
-// Starts the copy of slot sl's header and KV-head region into `stage` (nothing for a slot out of range)
-// and commits the group; returns whether the slot was in range.
-KVC_INLINE int kvc_issue(local uint4 * stage, global const uchar * pool, int sl, int n_slots, int kvh, int lane) {
-    const int ok = sl >= 0 && sl < n_slots;
-    if (ok) {
-        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
-        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
-        if (lane == 0) kvc_cp_async16(stage, (global const uint4 *)sp);
-        for (int e = lane; e < BLK_V4; e += 32) kvc_cp_async16(stage + 1 + e, src + e);
-    }
-    kvc_cp_commit();
-    return ok;
-}
-#endif
-
-// One block staged at hb (its KV-head region; counts n_hi, n_lo): both segments, and with channel
-// scales its separate accumulation.
-KVC_INLINE void kvc_block(kvc_wstate * st, local const uchar * hb, int n_hi, int n_lo, local const float * q_l, int g,
-                          int t) {
-#if QB_CS
-    kvc_item_begin(st);
-#endif
-#if QB_HI_BYTES > 0
-    if (n_hi > 0)
-        kvc_segment(st, hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
-                    n_hi, q_l, g, t);
-#endif
-#if QB_LO_BYTES > 0
-    if (n_lo > 0)
-        kvc_segment(st, hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
-                    n_lo, q_l, g, t);
-#endif
-#if QB_CS
-    kvc_item_end(st, (local const half *)hb, g);
-#endif
-}
-
 kernel void kvc_adq_warps(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
                           global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
                           global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
@@ -409,6 +351,7 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
     const int group = n_q_heads / n_kv_heads, subs = group / GB;
     const int kvh = hg / subs, qh0 = kvh * group + (hg % subs) * GB;
+    local uint4 * stage = area + warp * BLK_V4;
 
     indptr += indptr_off;
     indices += indices_off;
@@ -434,49 +377,6 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     // This warp's blocks: b_begin + warp + k NW, k < n_mine.
     const int n_split = b_end - b_begin;
     const int n_mine = n_split > warp ? (n_split - warp + NW - 1) / NW : 0;
-#if NS > 1
-    // A ring of NS stages per warp filled by cp.async, NS - 1 blocks ahead; block k in stage k % NS. The
-    // slot numbers are read one issue ahead, so an issue never waits on the index array.
-    local uint4 * ring = area + warp * NS * STAGE_V4;
-    global const int * mine = indices + p0 + b_begin + warp;  // block k: mine[k * NW]
-    int next_sl = n_mine > 0 ? mine[0] : -1;
-    int in_range = 0;  // bit s: the block in stage s had a slot in range
-#pragma unroll
-    for (int j = 0; j < NS - 1; ++j) {
-        int ok = 0;
-        if (j < n_mine) {
-            const int sl = next_sl;
-            next_sl = j + 1 < n_mine ? mine[(j + 1) * NW] : -1;
-            ok = kvc_issue(ring + j * STAGE_V4, pool, sl, n_slots, kvh, lane);
-        } else {
-            kvc_cp_commit();
-        }
-        in_range |= ok << j;
-    }
-    int r_stage = 0, w_stage = NS - 1;
-    for (int k = 0; k < n_mine; ++k) {
-        kvc_cp_wait();
-        kvc_warp_sync();  // block k is in its stage for every lane; every lane is done with block k - 1
-        in_range &= ~(1 << w_stage);
-        if (k + NS - 1 < n_mine) {
-            const int sl = next_sl;
-            next_sl = k + NS < n_mine ? mine[(k + NS) * NW] : -1;
-            in_range |= kvc_issue(ring + w_stage * STAGE_V4, pool, sl, n_slots, kvh, lane) << w_stage;
-        } else {
-            kvc_cp_commit();
-        }
-        w_stage = w_stage + 1 == NS ? 0 : w_stage + 1;
-        local const uint4 * stage = ring + r_stage * STAGE_V4;
-        const int have = (in_range >> r_stage) & 1;
-        r_stage = r_stage + 1 == NS ? 0 : r_stage + 1;
-        if (!have) continue;
-        local const int * hdr = (local const int *)stage;
-        kvc_block(&st, (local const uchar *)(stage + 1), clamp(hdr[0], 0, QB_HI_CAP), clamp(hdr[1], 0, QB_LO_CAP), q_l,
-                  g, t);
-    }
-    KVC_ASM volatile("cp.async.wait_all;" ::: "memory");  // no copy lands in the area the merge reuses
-#else
-    local uint4 * stage = area + warp * BLK_V4;
     for (int k = 0; k < n_mine; ++k) {
         const int sl = indices[p0 + b_begin + warp + k * NW];
         if (sl < 0 || sl >= n_slots) continue;  // warp-uniform
@@ -488,9 +388,24 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
 #pragma unroll 8
         for (int e = lane; e < BLK_V4; e += 32) stage[e] = src[e];
         kvc_warp_sync();  // the block is in the stage for every lane
-        kvc_block(&st, (local const uchar *)stage, n_hi, n_lo, q_l, g, t);
-    }
+        local const uchar * hb = (local const uchar *)stage;
+#if QB_CS
+        kvc_item_begin(&st);
 #endif
+#if QB_HI_BYTES > 0
+        if (n_hi > 0)
+            kvc_segment(&st, hb + QB_HI_OFF, QB_HI_BITS, QB_HI_KSTEP, QB_HI_VMIN, QB_HI_VSTEP, QB_HI_KCODES, QB_HI_VCODES,
+                        n_hi, q_l, g, t);
+#endif
+#if QB_LO_BYTES > 0
+        if (n_lo > 0)
+            kvc_segment(&st, hb + QB_LO_OFF, QB_LO_BITS, QB_LO_KSTEP, QB_LO_VMIN, QB_LO_VSTEP, QB_LO_KCODES, QB_LO_VCODES,
+                        n_lo, q_l, g, t);
+#endif
+#if QB_CS
+        kvc_item_end(&st, (local const half *)hb, g);
+#endif
+    }
 
     // The window's 16-token tiles, dealt to the warps after the blocks (the last split only).
     if (split == n_splits - 1) {

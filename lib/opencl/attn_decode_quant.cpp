@@ -55,29 +55,16 @@ size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     return sizeof(float) * (size_t(gb) * d + 3 * nt * gbp + size_t(gb)) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
-// Mirrors the local arrays of kvc_adq_warps with ns stages per warp: q of 4 heads, and the warps' stages
-// (from 2 stages on each holds the slot's 16-byte header too) or the merge.
-size_t warps_local_bytes(const qblock_layout & q, int ns) {
-    const size_t d = size_t(q.head_dim), stage = size_t(q.head_bytes()) + (ns > 1 ? 16 : 0);
+// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, and the warps' stages or the merge.
+size_t warps_local_bytes(const qblock_layout & q) {
+    const size_t d = size_t(q.head_dim);
     const size_t merge = sizeof(float) * (kWarps * 4 * d + 2 * kWarps * 4);
-    return sizeof(float) * 4 * d + std::max(kWarps * size_t(ns) * stage, merge);
-}
-
-// Stages per warp in kvc_adq_warps: three where a block's region is small (at most 4 KiB, as CUDA's
-// rings), else two, filled by cp.async ahead of the block computed; one (a synchronous copy) where two
-// do not fit in local memory (ZipCache's 10.7 KiB blocks at head_dim 128 in NVIDIA's 48 KiB); 0 where
-// not even one does.
-int warps_stages(const cl_backend & be, const qblock_layout & q) {
-    for (int ns : {3, 2, 1}) {
-        if (ns == 3 && q.head_bytes() + 16 > 4096) continue;
-        if (warps_local_bytes(q, ns) <= be.dev().local_mem_bytes) return ns;
-    }
-    return 0;
+    return sizeof(float) * 4 * d + std::max(kWarps * size_t(q.head_bytes()), merge);
 }
 
 // Whether the warp kernel runs this op: NVIDIA's driver with inline PTX mma (not opted out with
 // KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles,
-// 32-bit aligned window rows, and a stage per warp in local memory. Returns the inline-assembly keyword.
+// 32-bit aligned window rows, and the stages in local memory. Returns the inline-assembly keyword.
 const char * warps_apply(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_quant_params>();
     const char * opt_out = std::getenv("KVCOMP_CL_QUANT_WARPS");
@@ -86,7 +73,8 @@ const char * warps_apply(cl_backend & be, const op_desc & op) {
     if (d < 32 || d > 128 || d % 16 != 0 || p.q.v_group <= 0 || p.q.v_group % 16 != 0 || d % p.q.v_group != 0)
         return nullptr;
     if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
-    if (warps_stages(be, p.q) == 0 || be.dev().max_work_group_size < size_t(32 * kWarps)) return nullptr;
+    if (warps_local_bytes(p.q) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
+        return nullptr;
     return be.tensor_core_asm();
 }
 
@@ -146,7 +134,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     cl_kernel k = nullptr;
     size_t local_size = 32 * kWarps;
     if (warps_asm) {
-        defs.add("NW", kWarps).add("NS", warps_stages(be, q)).add("KVC_ASM", warps_asm);
+        defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
         k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
         if (be.kernel_wg_limit(k) < local_size)
             KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
