@@ -23,6 +23,7 @@ blocks, the ragged low-rank pages) for each binary of a file, from
                                            visit 111
   bench_ops_ocl_quant_warps_h100.csv       workgroup against warps (ae9a387, kept), two passes, visit 112, on an
                                            NVIDIA H100
+  bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
 all on one NVIDIA H200 through NVIDIA's OpenCL driver unless named (docs/data/gpu_visits_2026-11-28.log for
 visits from 111).
 """
@@ -96,6 +97,18 @@ _TABLES = [
      "fp16 decode of the same runs. The quantized decodes are now faster than the fp16 one at every point from "
      "32K; KIVI-2 at 16 × 32K reads its blocks at 0.35 of the copy bandwidth (CUDA on an H100 at `dc2bc81`: 0.47, "
      "the table \"The tensor-core quantized decode with fewer instructions per item\" above).",
+     ),
+    ("bench_ops_ocl_quant_cp_async_h200.csv",
+     "### Experiment, reverted: the per-warp OpenCL decode with cp.async rings (H200, NVIDIA's driver)",
+     "`bench_ops --sweeps fp16,quant` on {device} ({backend}, {date}), two passes of each binary one after the other "
+     "(`docs/data/{file}`, mean; visit 114): `ae9a387` (a warp copies a block with 16-byte loads and stores, then "
+     "computes it) against `63ddb01`, whose warps keep a ring of local stages filled by `cp.async` (inline PTX; a "
+     "local pointer's integer value is its shared-window address on NVIDIA's compiler) 1-2 blocks ahead of the "
+     "one computed, as CUDA's kernel does: three stages for KIVI-2's 3 KiB blocks, while ZipCache's 10.7 KiB "
+     "blocks at head dim 128 fit only one stage per warp in the driver's 48 KiB of local memory and kept the "
+     "synchronous copy (their rows here differ by noise). Correct (op tests 18/18, the engine's quantized-cache "
+     "unit tests 14/14 on the driver, no private memory). KIVI-2 0.86-1.03×: the copy's latency does not bound "
+     "this kernel. Reverted; the diff is `docs/data/ocl_quant_cp_async.patch`.",
      ),
     ("bench_ops_ocl_quant_warps_lookahead_h200.csv",
      "### The first version of it, and the register look-ahead it dropped (H200, NVIDIA's driver)",
