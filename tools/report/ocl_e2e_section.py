@@ -8,6 +8,8 @@
   bench_e2e_ocl_quant_warps_h100.csv  none, kivi and zipcache with the per-warp tensor-core quantized decode
                               (kvc_adq_warps) and with the work-group kernel (KVCOMP_CL_QUANT_WARPS=0, the commit
                               label's +workgroup), batches 1 and 16 at 4K and 16K and 1 × 32K (visit 113, an H100);
+  bench_e2e_ocl_quant_warps_16x32k_h200.csv  none, kivi, zipcache and zipcache ratio=0 at 16 × 32K with the
+                              per-warp decode (visit 115, an H200);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -18,7 +20,8 @@ from results_data import num, opts, provenance, read_dicts
 SOURCE = "bench_e2e_ocl_32k_h200.csv"
 PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
 WARPS_SOURCE = "bench_e2e_ocl_quant_warps_h100.csv"
-SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
+WARPS_16X32K_SOURCE = "bench_e2e_ocl_quant_warps_16x32k_h200.csv"
+SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -210,4 +213,16 @@ def ocl_quant_warps_section(data_dir):
             parts.append((f"{b} × {c}", r, None))
         out += _summary(f"{m} TBT with the work-group kernel over its TBT with the per-warp kernel", "same binary",
                         parts)
+    big = read_dicts(os.path.join(data_dir, WARPS_16X32K_SOURCE))
+    if big:
+        bpts = _points(big)
+        out += [f"At 16 × 32K on {provenance(big)} (`docs/data/{WARPS_16X32K_SOURCE}`, printed tables in "
+                "`docs/data/bench_e2e_ocl_quant_warps_16x32k_h200.log`; visit 115; the kernels of `ae9a387`), one run "
+                "each, none in the same visit. Visit 109 (\"The methods end to end on NVIDIA's OpenCL driver\" above, "
+                "the work-group kernel) had kivi's and zipcache's TBT at 0.92 and 0.91 × none's there.", ""]
+        out += _table(bpts)
+        sal = [(f"{b} × {c}", r, r <= 1.10)
+               for b, c, r in _ratios(bpts, ("zipcache", ""), ("zipcache", "ratio=0"), "ttft_ms")]
+        out += _summary("ZipCache TTFT over zipcache ratio=0 of the same visit, what saliency estimation adds",
+                        "target ≤ 1.10", sal)
     return out
