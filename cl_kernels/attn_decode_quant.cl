@@ -298,19 +298,12 @@ kernel void kvc_adq_split(global const float * q, ulong q_off, global const ucha
     local uint4 blk[BLK_LOCAL_V4];  // the staged head of the current block; at the end the heads' sums
 
     const int tid = get_local_id(0);
-    const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
-    const int group = n_q_heads / n_kv_heads, subs = group / GB;
-    const int kvh = hg / subs, qh0 = kvh * group + (hg % subs) * GB;
     const int lane = tid % LV, slot = tid / LV;
-
-    indptr += indptr_off;
+    const kvc_qdecode_work wk = kvc_qdecode_work_of(indptr + indptr_off, n_q_heads, n_kv_heads, GB, n_splits, chunk);
+    const int split = wk.split, b = wk.b, kvh = wk.kvh, p0 = wk.p0, b_begin = wk.b_begin, b_end = wk.b_end;
+    const ulong head_row = wk.head_row;  // row of the work-group's first query head in q / out
     indices += indices_off;
     pool += pool_off;
-    const int p0 = indptr[b], nb = max(indptr[b + 1] - p0, 0);
-    const int b_begin = min(split * chunk, nb);
-    const int b_end = split == n_splits - 1 ? nb : min(nb, b_begin + chunk);
-
-    const ulong head_row = (ulong)b * n_q_heads + qh0;  // row of query head qh0 in q / out
     global const float * qg = q + q_off + head_row * QB_HD;
     for (int i = tid; i < GB * HD4; i += NT) q4[i] = vload4(i, qg) * qscale;
     kvc_clear_max(mx_l, GB);

@@ -348,19 +348,12 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     local uint4 area[AREA_V4];   // the warps' stages; at the end the merge
 
     const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int split = get_group_id(0), hg = get_group_id(1), b = get_group_id(2);
-    const int group = n_q_heads / n_kv_heads, subs = group / GB;
-    const int kvh = hg / subs, qh0 = kvh * group + (hg % subs) * GB;
     local uint4 * stage = area + warp * BLK_V4;
-
-    indptr += indptr_off;
+    const kvc_qdecode_work wk = kvc_qdecode_work_of(indptr + indptr_off, n_q_heads, n_kv_heads, GB, n_splits, chunk);
+    const int split = wk.split, b = wk.b, kvh = wk.kvh, p0 = wk.p0, b_begin = wk.b_begin, b_end = wk.b_end;
+    const ulong head_row = wk.head_row;  // row of the work-group's first query head in q / out
     indices += indices_off;
     pool += pool_off;
-    const int p0 = indptr[b], nb = max(indptr[b + 1] - p0, 0);
-    const int b_begin = min(split * chunk, nb);
-    const int b_end = split == n_splits - 1 ? nb : min(nb, b_begin + chunk);
-
-    const ulong head_row = (ulong)b * n_q_heads + qh0;  // row of query head qh0 in q / out
     global const float * qg = q + q_off + head_row * QB_HD;
     for (int i = tid; i < 4 * QB_HD; i += 32 * NW) q_l[i] = i < GB * QB_HD ? qg[i] * qscale : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);

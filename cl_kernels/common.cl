@@ -8,6 +8,7 @@
 //     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
+//   - kvc_qdecode_work_of(): what a work-group of the quantized decodes computes;
 //   - kvc_ragged_task_output(): the end of a ragged decode task (attn_decode_ragged, its q4 pages);
 //   - kvc_clear_max() / kvc_propose_max() / kvc_take_max(): the decode kernels' lazily moved running
 //     maximum of the online softmax, proposed through local atomics;
@@ -174,6 +175,30 @@ inline void kvc_ragged_task_output(local const float * o_l, local const float * 
             part[ml_off + (prow0 + g) * 2 + 1] = l;
         }
     }
+}
+
+// The work of a quantized-decode work-group (attn_decode_quant.cl, attn_decode_quant_mma.cl): its group ids
+// (split, KV head x sub-group of gb query heads, request b) give its KV head, the row of its first query
+// head in q / out, and the request's blocks [b_begin, b_end) of its index-array entries from p0 (split s:
+// [s chunk, (s + 1) chunk), the last split also any beyond). indptr points at the array's first element.
+typedef struct {
+    int b, split, kvh, p0, b_begin, b_end;
+    ulong head_row;
+} kvc_qdecode_work;
+inline kvc_qdecode_work kvc_qdecode_work_of(global const int * indptr, int n_q_heads, int n_kv_heads, int gb,
+                                            int n_splits, int chunk) {
+    kvc_qdecode_work w;
+    w.split = get_group_id(0);
+    w.b = get_group_id(2);
+    const int hg = get_group_id(1), group = n_q_heads / n_kv_heads, subs = group / gb;
+    w.kvh = hg / subs;
+    const int qh0 = w.kvh * group + (hg % subs) * gb;
+    w.head_row = (ulong)w.b * n_q_heads + qh0;
+    w.p0 = indptr[w.b];
+    const int nb = max(indptr[w.b + 1] - w.p0, 0);
+    w.b_begin = min(w.split * chunk, nb);
+    w.b_end = w.split == n_splits - 1 ? nb : min(nb, w.b_begin + chunk);
+    return w;
 }
 
 // Split-KV merge of element d of one (request, query head) row hr: part holds, per split, the row's

@@ -94,8 +94,8 @@ _TABLES = [
      "operands, the softmax state in its lanes' registers, bar.warp.sync its only barrier until the end). Op tests "
      "18/18 on the driver (either kernel), no private memory in the PTX, the engine's quantized-cache unit tests "
      "14/14 on the driver (`docs/data/ocl_quant_warps_checks_h100.log`). The fp16 rows are the unchanged paged "
-     "fp16 decode of the same runs. The quantized decodes are now faster than the fp16 one at every point from "
-     "32K; KIVI-2 at 16 × 32K reads its blocks at 0.35 of the copy bandwidth (CUDA on an H100 at `dc2bc81`: 0.47, "
+     "fp16 decode of the same runs. At batch 16 from 32K the per-warp kernel takes 0.41-0.46 of the fp16 "
+     "decode's time, the work-group one 0.75-0.80; KIVI-2 at 16 × 32K reads its blocks at 0.35 of the copy bandwidth (CUDA on an H100 at `dc2bc81`: 0.47, "
      "the table \"The tensor-core quantized decode with fewer instructions per item\" above).",
      ),
     ("bench_ops_ocl_quant_cp_async_h200.csv",
@@ -117,7 +117,7 @@ _TABLES = [
      "(`warps`) loaded the first 8 16-byte chunks per lane of a warp's next block into registers before computing "
      "the current one (`-DKVC_QPF=8`); `qpf0` loads nothing ahead and `qpf24` a whole ZipCache block (build option "
      "`-DKVC_QPF=N` through `KVCOMP_CL_BUILD_OPTIONS`). No look-ahead beat the 8-chunk one at 9 of 12 points "
-     "and the whole block's at 7 (that one won for ZipCache at 1 × 4K and 1 × 128K, by 9-10 %; single passes), so "
+     "and the whole block's at 7 (that one won the other 5: ZipCache at 1 × 4K and 1 × 128K by 9-10 %, the rest by 0-1 %; single passes), so "
      "`ae9a387` dropped it; `6c39e7c` also built the code operands with shifts and masks per code and read code rows a word at a "
      "time, where `ae9a387` uses CUDA's channel-pair order (one rotate and one and-or per register), `prmt` for "
      "the value pairs, and 16-byte row loads (the table above).",
