@@ -9,6 +9,7 @@
 // last split); partials go to the backend's scratch buffer and attn_decode_quant_merge.cl combines
 // them and writes lse.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -34,11 +35,12 @@ constexpr int64_t kGroupsPerComputeUnitFewRows = 4;
 constexpr int64_t kMaxSplitsPerRow = 64;
 
 // The warp kernel: warps per work-group, query heads per work-group at most (the mma's 8 columns
-// are (hi, lo) of 4 heads), and blocks per warp a split should hold at least (so that each warp has
-// a next block to load while it computes one).
+// are (hi, lo) of 4 heads), blocks per warp a split should hold at least (so that each warp has a next
+// block to load while it computes one), and stages per warp at most (bulk copies).
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kMinBlocksPerWarp = 2;
+constexpr int kMaxStages = 3;
 
 int heads_per_group(const attn_decode_quant_params & p, int most) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
@@ -55,16 +57,45 @@ size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     return sizeof(float) * (size_t(gb) * d + 3 * nt * gbp + size_t(gb)) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
-// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, and the warps' stages or the merge.
-size_t warps_local_bytes(const qblock_layout & q) {
-    const size_t d = size_t(q.head_dim);
-    const size_t merge = sizeof(float) * (kWarps * 4 * d + 2 * kWarps * 4);
-    return sizeof(float) * 4 * d + std::max(kWarps * size_t(q.head_bytes()), merge);
+// How kvc_adq_warps runs: nw warps per work-group; with bulk copies (sm_90 on) ns local stages per warp,
+// each the slot's 16-byte header and the block's KV-head region; without, one stage (the region) that
+// the warp fills itself.
+struct warps_config {
+    int nw = kWarps, ns = 1;
+    bool bulk = false;
+};
+
+// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, the warps' stages or the merge, the mbarriers.
+size_t warps_local_bytes(const qblock_layout & q, const warps_config & c) {
+    const size_t d = size_t(q.head_dim), stage = size_t(q.head_bytes()) + (c.bulk ? 16 : 0);
+    const size_t merge = sizeof(float) * (size_t(c.nw) * 4 * d + 2 * size_t(c.nw) * 4);
+    const size_t bars = c.bulk ? 8 * size_t(c.nw * c.ns) : 0;
+    return sizeof(float) * 4 * d + std::max(size_t(c.nw * c.ns) * stage, merge) + bars;
+}
+
+// The most stages (up to kMaxStages) that fit in local memory with bulk copies, else the one stage of the
+// warps' own copy; ns = 0 where not even that fits. KVCOMP_CL_QUANT_RING="nw,ns" sets both (ns = 0:
+// no bulk copies), for experiments.
+warps_config warps_config_for(const cl_backend & be, const qblock_layout & q) {
+    warps_config c;
+    c.bulk = be.dev().nv_compute_major >= 9;
+    if (const char * ring = std::getenv("KVCOMP_CL_QUANT_RING")) {
+        int nw = 0, ns = 0;
+        if (std::sscanf(ring, "%d,%d", &nw, &ns) == 2 && (nw == 1 || nw == 2 || nw == 4 || nw == 8) && ns >= 0) {
+            c.nw = nw;
+            c.bulk = c.bulk && ns > 0;
+            c.ns = ns > 0 ? ns : 1;
+            return warps_local_bytes(q, c) <= be.dev().local_mem_bytes ? c : warps_config{nw, 0, false};
+        }
+    }
+    for (c.ns = c.bulk ? kMaxStages : 1; c.ns > 0; --c.ns)
+        if (warps_local_bytes(q, c) <= be.dev().local_mem_bytes) return c;
+    return c;
 }
 
 // Whether the warp kernel runs this op: NVIDIA's driver with inline PTX mma (not opted out with
 // KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles,
-// 32-bit aligned window rows, and the stages in local memory. Returns the inline-assembly keyword.
+// 32-bit aligned window rows, and a stage per warp in local memory. Returns the inline-assembly keyword.
 const char * warps_apply(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_quant_params>();
     const char * opt_out = std::getenv("KVCOMP_CL_QUANT_WARPS");
@@ -73,8 +104,8 @@ const char * warps_apply(cl_backend & be, const op_desc & op) {
     if (d < 32 || d > 128 || d % 16 != 0 || p.q.v_group <= 0 || p.q.v_group % 16 != 0 || d % p.q.v_group != 0)
         return nullptr;
     if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
-    if (warps_local_bytes(p.q) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
-        return nullptr;
+    const warps_config c = warps_config_for(be, p.q);
+    if (c.ns == 0 || be.dev().max_work_group_size < size_t(32 * c.nw)) return nullptr;
     return be.tensor_core_asm();
 }
 
@@ -132,9 +163,11 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     add_qblock_defines(defs, q);
     defs.add("GB", gb);
     cl_kernel k = nullptr;
-    size_t local_size = 32 * kWarps;
+    const warps_config wc = warps_config_for(be, q);
+    size_t local_size = 32 * size_t(wc.nw);
     if (warps_asm) {
-        defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
+        defs.add("NW", wc.nw).add("KVC_ASM", warps_asm);
+        if (wc.bulk) defs.add("KVC_BULK", 1).add("NS", wc.ns);
         k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
         if (be.kernel_wg_limit(k) < local_size)
             KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
@@ -156,7 +189,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
         }
     }
 
-    const auto [n_splits, chunk] = pick_splits(be, p, p.batch * q.n_kv_heads * subs, warps_asm ? kWarps * kMinBlocksPerWarp : 1);
+    const auto [n_splits, chunk] = pick_splits(be, p, p.batch * q.n_kv_heads * subs, warps_asm ? wc.nw * kMinBlocksPerWarp : 1);
     const tensor & out = op.dst[0];
     const tensor & lse = op.dst[1];
     const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);

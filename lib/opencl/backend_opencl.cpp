@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <CL/cl_ext.h>
+
 #include "core/registry.h"
 #include "opencl/cl_common.h"
 #include "opencl/op_profile.h"
@@ -239,7 +241,10 @@ std::shared_ptr<device_context> get_device_context(cl_platform_id platform, cl_d
     dc->max_work_group_size = device_value<size_t>(device, CL_DEVICE_MAX_WORK_GROUP_SIZE);
     dc->local_mem_bytes = device_value<cl_ulong>(device, CL_DEVICE_LOCAL_MEM_SIZE);
     dc->max_alloc_bytes = device_value<cl_ulong>(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
-    dc->fp64 = has_extension(device_string(device, CL_DEVICE_EXTENSIONS), "cl_khr_fp64");
+    const std::string ext = device_string(device, CL_DEVICE_EXTENSIONS);
+    dc->fp64 = has_extension(ext, "cl_khr_fp64");
+    if (has_extension(ext, "cl_nv_device_attribute_query"))
+        dc->nv_compute_major = int(device_value<cl_uint>(device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV));
     dc->programs = std::make_unique<program_cache>(
         dc->context, device, info.device_name + '\n' + info.driver_version + '\n' + dc->platform_version);
     contexts->emplace(device, dc);

@@ -53,6 +53,7 @@ struct device_context {
     uint64_t local_mem_bytes = 0;
     uint64_t max_alloc_bytes = 0;
     bool fp64 = false;  // cl_khr_fp64 (select_salient compares fp64 quotients)
+    int nv_compute_major = 0;  // NVIDIA's compute capability (cl_nv_device_attribute_query), else 0
     std::unique_ptr<program_cache> programs;
 };
 
