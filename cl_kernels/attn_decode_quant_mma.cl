@@ -8,12 +8,12 @@
 // Kernel kvc_adq_warps: one work-group of NW warps per (split, KV head x chunk of GB query heads,
 //   request); NDRange local (32 NW, 1, 1), global (32 NW n_splits, n_kv_heads group / GB, batch).
 //   Split s takes the request's blocks [s chunk, (s + 1) chunk) (the last split also any beyond, and
-//   the window). Warp w takes the split's blocks w, w + NW, ...: with KVC_BULK (sm_90) its lane 0
-//   starts two bulk copies per block (the slot's header, the KV-head region) into the warp's ring of
-//   NS local stages, NS - 1 blocks ahead of the one computed, and the warp waits on the stage's
-//   mbarrier; without it the warp copies the region into its one stage itself (16-byte loads; loading
-//   the next block into registers ahead was slower, docs/kernel_notes.md). It synchronizes with
-//   bar.warp.sync only, and runs every 16-token tile of the block's segments itself:
+//   the window). Warp w takes the split's blocks w, w + NW, ...: it brings a block into its own local
+//   stage, with KVC_BULK by two bulk copies that its lane 0 starts (the slot's header, the KV-head
+//   region) awaited on the warp's mbarrier, else by 16-byte loads of every lane (the other warps' work
+//   hides the wait; rings of 2-3 stages filled ahead, by cp.async or bulk copies, and loading the next
+//   block into registers were slower, docs/kernel_notes.md). It synchronizes with bar.warp.sync only,
+//   and runs every 16-token tile of the block's segments itself:
 //     scores  S^T = K Q'^T: M = 16 tokens (A = the key codes as F = 2^b + code, row-major), N = 8
 //             columns = (hi, lo) f16 parts of q' = q kstep for 4 heads, K = 16 channels; the bias
 //             sum_c q_c (kmin_c - 2^b kstep_c) per segment and head. Lane (g, t) = (lane / 4, lane % 4)
@@ -36,7 +36,7 @@
 // Layout: as attn_decode_quant.cl. The window buffers' element offsets are even (32-bit row reads).
 // Preamble defines: lib/opencl/qblock_defines.h (QB_HD a multiple of 16 from 32 to 128, QB_VG a multiple
 //   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group),
-//   KVC_ASM; KVC_BULK and NS (stages per warp, >= 1) where the device has bulk copies (sm_90 on).
+//   KVC_ASM; KVC_BULK where the launcher takes bulk copies (sm_90 on, large blocks).
 
 #define KVC_LN2 0.69314718055994530942f
 #define HD16 (QB_HD / 16)                  // m-tiles (values) and k16 steps (scores)
@@ -47,11 +47,10 @@
 #if KVC_BULK
 #define STAGE_V4 (1 + BLK_V4)  // the slot's 16-byte header, then the region
 #else
-#define NS 1
 #define STAGE_V4 BLK_V4
 #endif
 #define MERGE_V4 ((NW * 4 * QB_HD + 2 * NW * 4) / 4)
-#define AREA_V4 (NW * NS * STAGE_V4 > MERGE_V4 ? NW * NS * STAGE_V4 : MERGE_V4)
+#define AREA_V4 (NW * STAGE_V4 > MERGE_V4 ? NW * STAGE_V4 : MERGE_V4)
 #define KVC_INLINE __attribute__((always_inline)) inline
 
 // Per-lane state: lane (g, t) keeps head t. o[4m + k]: mma accumulator of m-tile m (k = 0, 1: channel
@@ -401,19 +400,6 @@ KVC_INLINE void kvc_bulk_copy(local void * dst, global const void * src, uint by
                      : "memory");
 }
 
-// Starts the copy of slot sl's header and KV-head region into `stage` on the stage's mbarrier (lane 0;
-// nothing for a slot out of range, warp-uniform). Returns whether a copy was started.
-KVC_INLINE int kvc_bulk_issue(local uint4 * stage, local ulong * bar, global const uchar * pool, int sl, int n_slots,
-                              int kvh, int lane) {
-    if (sl < 0 || sl >= n_slots) return 0;
-    if (lane == 0) {
-        global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
-        kvc_mbar_expect(bar, 16 + QB_HEAD_BYTES);
-        kvc_bulk_copy(stage, sp, 16, bar);
-        kvc_bulk_copy(stage + 1, sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES, QB_HEAD_BYTES, bar);
-    }
-    return 1;
-}
 #endif
 
 kernel void kvc_adq_warps(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
@@ -426,11 +412,11 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     local float q_l[4 * QB_HD];  // q * qscale of the GB heads, zero rows up to 4 (the mma's columns)
     local uint4 area[AREA_V4];   // the warps' stages; at the end the merge
 #if KVC_BULK
-    local ulong bars[NW * NS];  // an mbarrier per stage
+    local ulong bars[NW];  // an mbarrier per warp
 #endif
 
     const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    local uint4 * ring = area + warp * NS * STAGE_V4;
+    local uint4 * stage = area + warp * STAGE_V4;
     const kvc_qdecode_work wk = kvc_qdecode_work_of(indptr + indptr_off, n_q_heads, n_kv_heads, GB, n_splits, chunk);
     const int split = wk.split, b = wk.b, kvh = wk.kvh, p0 = wk.p0, b_begin = wk.b_begin, b_end = wk.b_end;
     const ulong head_row = wk.head_row;  // row of the work-group's first query head in q / out
@@ -439,9 +425,8 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     global const float * qg = q + q_off + head_row * QB_HD;
     for (int i = tid; i < 4 * QB_HD; i += 32 * NW) q_l[i] = i < GB * QB_HD ? qg[i] * qscale : 0.0f;
 #if KVC_BULK
-    local ulong * my_bars = bars + warp * NS;
     if (lane == 0) {
-        for (int s = 0; s < NS; ++s) kvc_mbar_init(my_bars + s);
+        kvc_mbar_init(bars + warp);
         kvc_mbar_fence_init();
     }
 #endif
@@ -461,51 +446,34 @@ kernel void kvc_adq_warps(global const float * q, ulong q_off, global const ucha
     const int n_mine = n_split > warp ? (n_split - warp + NW - 1) / NW : 0;
     global const int * mine = indices + p0 + b_begin + warp;  // block k's slot: mine[k NW]
 #if KVC_BULK
-    // Block k in stage k % NS; at step k the warp starts block k + NS - 1 in the stage block k - 1 has
-    // left, then waits for block k. in_flight bit s: stage s has a copy started (slots out of range
-    // have none and are skipped); phases bit s: the parity of stage s's next mbarrier phase. Slot
-    // numbers are read one step ahead, so a start never waits on the index array.
-    int in_flight = 0;
-    uint phases = 0u;
-    for (int j = 0; j < NS - 1 && j < n_mine; ++j)
-        in_flight |= kvc_bulk_issue(ring + j * STAGE_V4, my_bars + j, pool, mine[j * NW], n_slots, kvh, lane) << j;
-    int next_sl = NS - 1 < n_mine ? mine[(NS - 1) * NW] : -1;
-    int r_stage = 0, w_stage = NS - 1;
-    for (int k = 0; k < n_mine; ++k) {
-        kvc_warp_sync();  // every lane is done with block k - 1
-        if (k + NS - 1 < n_mine) {
-            const int sl = next_sl;
-            next_sl = k + NS < n_mine ? mine[(k + NS) * NW] : -1;
-            in_flight = (in_flight & ~(1 << w_stage)) |
-                        kvc_bulk_issue(ring + w_stage * STAGE_V4, my_bars + w_stage, pool, sl, n_slots, kvh, lane)
-                            << w_stage;
-        }
-        w_stage = w_stage + 1 == NS ? 0 : w_stage + 1;
-        const int s = r_stage;
-        r_stage = r_stage + 1 == NS ? 0 : r_stage + 1;
-        if (!((in_flight >> s) & 1)) continue;  // warp-uniform
-        kvc_mbar_wait(my_bars + s, (phases >> s) & 1u);
-        phases ^= 1u << s;
-        local const uint4 * stage = ring + s * STAGE_V4;
-        local const int * hdr = (local const int *)stage;
-        kvc_block(&st, (local const uchar *)(stage + 1), clamp(hdr[0], 0, QB_HI_CAP), clamp(hdr[1], 0, QB_LO_CAP), q_l,
-                  g, t);
-    }
-#else
+    uint parity = 0u;  // of the mbarrier's next phase
+#endif
     for (int k = 0; k < n_mine; ++k) {
         const int sl = mine[k * NW];
         if (sl < 0 || sl >= n_slots) continue;  // warp-uniform
         global const uchar * sp = pool + (ulong)sl * QB_SLOT_BYTES;
+        global const uchar * src = sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES;
+        kvc_warp_sync();  // every lane is done with the previous block
+#if KVC_BULK
+        if (lane == 0) {
+            kvc_mbar_expect(bars + warp, 16 + QB_HEAD_BYTES);
+            kvc_bulk_copy(stage, sp, 16, bars + warp);
+            kvc_bulk_copy(stage + 1, src, QB_HEAD_BYTES, bars + warp);
+        }
+        kvc_mbar_wait(bars + warp, parity);  // the block is in the stage for every lane
+        parity ^= 1u;
+        local const int * hdr = (local const int *)stage;
+        kvc_block(&st, (local const uchar *)(stage + 1), clamp(hdr[0], 0, QB_HI_CAP), clamp(hdr[1], 0, QB_LO_CAP), q_l,
+                  g, t);
+#else
         const int n_hi = clamp(((global const int *)sp)[0], 0, QB_HI_CAP);
         const int n_lo = clamp(((global const int *)sp)[1], 0, QB_LO_CAP);
-        global const uint4 * src = (global const uint4 *)(sp + QB_HEADER + (ulong)kvh * QB_HEAD_BYTES);
-        kvc_warp_sync();  // every lane is done with the previous block
 #pragma unroll 8
-        for (int e = lane; e < BLK_V4; e += 32) ring[e] = src[e];
+        for (int e = lane; e < BLK_V4; e += 32) stage[e] = ((global const uint4 *)src)[e];
         kvc_warp_sync();  // the block is in the stage for every lane
-        kvc_block(&st, (local const uchar *)ring, n_hi, n_lo, q_l, g, t);
-    }
+        kvc_block(&st, (local const uchar *)stage, n_hi, n_lo, q_l, g, t);
 #endif
+    }
 
     // The window's 16-token tiles, dealt to the warps after the blocks (the last split only).
     if (split == n_splits - 1) {

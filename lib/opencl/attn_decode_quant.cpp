@@ -9,7 +9,6 @@
 // last split); partials go to the backend's scratch buffer and attn_decode_quant_merge.cl combines
 // them and writes lse.
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,11 +35,14 @@ constexpr int64_t kMaxSplitsPerRow = 64;
 
 // The warp kernel: warps per work-group, query heads per work-group at most (the mma's 8 columns
 // are (hi, lo) of 4 heads), blocks per warp a split should hold at least (so that each warp has a next
-// block to load while it computes one), and stages per warp at most (bulk copies).
+// block to load while it computes one).
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kMinBlocksPerWarp = 2;
-constexpr int kMaxStages = 3;
+// The smallest block region that the warp kernel brings in by bulk copies (sm_90 on). On an H100
+// (docs/data/bench_ops_ocl_quant_bulk_h100.csv) they made ZipCache's 10.7 KiB regions 1.10-1.21 x
+// faster than the warps' own 16-byte loads, and KIVI-2's 3 KiB ones 0.91-1.02 x.
+constexpr int64_t kBulkMinBytes = 8192;
 
 int heads_per_group(const attn_decode_quant_params & p, int most) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
@@ -57,40 +59,23 @@ size_t local_bytes_needed(const qblock_layout & q, int gb, size_t nt) {
     return sizeof(float) * (size_t(gb) * d + 3 * nt * gbp + size_t(gb)) + std::max(size_t(q.head_bytes()), end_sums);
 }
 
-// How kvc_adq_warps runs: nw warps per work-group; with bulk copies (sm_90 on) ns local stages per warp,
-// each the slot's 16-byte header and the block's KV-head region; without, one stage (the region) that
-// the warp fills itself.
-struct warps_config {
-    int nw = kWarps, ns = 1;
-    bool bulk = false;
-};
-
-// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, the warps' stages or the merge, the mbarriers.
-size_t warps_local_bytes(const qblock_layout & q, const warps_config & c) {
-    const size_t d = size_t(q.head_dim), stage = size_t(q.head_bytes()) + (c.bulk ? 16 : 0);
-    const size_t merge = sizeof(float) * (size_t(c.nw) * 4 * d + 2 * size_t(c.nw) * 4);
-    const size_t bars = c.bulk ? 8 * size_t(c.nw * c.ns) : 0;
-    return sizeof(float) * 4 * d + std::max(size_t(c.nw * c.ns) * stage, merge) + bars;
+// Mirrors the local arrays of kvc_adq_warps: q of 4 heads, the warps' stages (with bulk copies each
+// holds the slot's 16-byte header too) or the merge, the mbarriers.
+size_t warps_local_bytes(const qblock_layout & q, bool bulk) {
+    const size_t d = size_t(q.head_dim), stage = size_t(q.head_bytes()) + (bulk ? 16 : 0);
+    const size_t merge = sizeof(float) * (kWarps * 4 * d + 2 * kWarps * 4);
+    return sizeof(float) * 4 * d + std::max(kWarps * stage, merge) + (bulk ? 8 * kWarps : 0);
 }
 
-// The most stages (up to kMaxStages) that fit in local memory with bulk copies, else the one stage of the
-// warps' own copy; ns = 0 where not even that fits. KVCOMP_CL_QUANT_RING="nw,ns" sets both (ns = 0:
-// no bulk copies), for experiments.
-warps_config warps_config_for(const cl_backend & be, const qblock_layout & q) {
-    warps_config c;
-    c.bulk = be.dev().nv_compute_major >= 9;
-    if (const char * ring = std::getenv("KVCOMP_CL_QUANT_RING")) {
-        int nw = 0, ns = 0;
-        if (std::sscanf(ring, "%d,%d", &nw, &ns) == 2 && (nw == 1 || nw == 2 || nw == 4 || nw == 8) && ns >= 0) {
-            c.nw = nw;
-            c.bulk = c.bulk && ns > 0;
-            c.ns = ns > 0 ? ns : 1;
-            return warps_local_bytes(q, c) <= be.dev().local_mem_bytes ? c : warps_config{nw, 0, false};
-        }
-    }
-    for (c.ns = c.bulk ? kMaxStages : 1; c.ns > 0; --c.ns)
-        if (warps_local_bytes(q, c) <= be.dev().local_mem_bytes) return c;
-    return c;
+// Whether kvc_adq_warps brings blocks in by bulk copies (KVC_BULK): NVIDIA compute capability 9 on and
+// regions of at least kBulkMinBytes whose stages, 16 bytes larger, fit; KVCOMP_CL_BULK_COPY=0 never, =1
+// at every size (for A/Bs).
+bool warps_bulk_copy(const cl_backend & be, const qblock_layout & q) {
+    if (be.dev().nv_compute_major < 9) return false;
+    const char * env = std::getenv("KVCOMP_CL_BULK_COPY");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    if (warps_local_bytes(q, true) > be.dev().local_mem_bytes) return false;
+    return (env && std::strcmp(env, "1") == 0) || q.head_bytes() >= kBulkMinBytes;
 }
 
 // Whether the warp kernel runs this op: NVIDIA's driver with inline PTX mma (not opted out with
@@ -104,8 +89,9 @@ const char * warps_apply(cl_backend & be, const op_desc & op) {
     if (d < 32 || d > 128 || d % 16 != 0 || p.q.v_group <= 0 || p.q.v_group % 16 != 0 || d % p.q.v_group != 0)
         return nullptr;
     if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
-    const warps_config c = warps_config_for(be, p.q);
-    if (c.ns == 0 || be.dev().max_work_group_size < size_t(32 * c.nw)) return nullptr;
+    if (warps_local_bytes(p.q, warps_bulk_copy(be, p.q)) > be.dev().local_mem_bytes ||
+        be.dev().max_work_group_size < size_t(32 * kWarps))
+        return nullptr;
     return be.tensor_core_asm();
 }
 
@@ -163,11 +149,10 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     add_qblock_defines(defs, q);
     defs.add("GB", gb);
     cl_kernel k = nullptr;
-    const warps_config wc = warps_config_for(be, q);
-    size_t local_size = 32 * size_t(wc.nw);
+    size_t local_size = 32 * kWarps;
     if (warps_asm) {
-        defs.add("NW", wc.nw).add("KVC_ASM", warps_asm);
-        if (wc.bulk) defs.add("KVC_BULK", 1).add("NS", wc.ns);
+        defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
+        if (warps_bulk_copy(be, q)) defs.add("KVC_BULK", 1);
         k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
         if (be.kernel_wg_limit(k) < local_size)
             KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
@@ -189,7 +174,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
         }
     }
 
-    const auto [n_splits, chunk] = pick_splits(be, p, p.batch * q.n_kv_heads * subs, warps_asm ? wc.nw * kMinBlocksPerWarp : 1);
+    const auto [n_splits, chunk] = pick_splits(be, p, p.batch * q.n_kv_heads * subs, warps_asm ? kWarps * kMinBlocksPerWarp : 1);
     const tensor & out = op.dst[0];
     const tensor & lse = op.dst[1];
     const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
