@@ -39,10 +39,12 @@ constexpr int64_t kMaxSplitsPerRow = 64;
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kMinBlocksPerWarp = 2;
-// The smallest block region that the warp kernel brings in by bulk copies (sm_90 on). On an H100
-// (docs/data/bench_ops_ocl_quant_bulk_h100.csv) they made ZipCache's 10.7 KiB regions 1.10-1.21 x
-// faster than the warps' own 16-byte loads, and KIVI-2's 3 KiB ones 0.91-1.02 x.
-constexpr int64_t kBulkMinBytes = 8192;
+// The smallest block region that the warp kernel brings in by bulk copies (sm_90 on). Against the
+// warps' own 16-byte loads (docs/data/bench_ops_ocl_quant_bulk_dims_h200.csv, H200) they made
+// ZipCache's regions of 5.4 to 10.4 KiB (head widths 64 to 128) 1.00-1.21 x faster, and KIVI-2's of
+// 1.5 and 3 KiB (widths 64, 128) 0.89-1.02 x; KIVI-2's 2.6 KiB at width 96 gained (1.13-1.23 x at
+// batch 16), which the region size does not explain.
+constexpr int64_t kBulkMinBytes = 4096;
 
 int heads_per_group(const attn_decode_quant_params & p, int most) {
     const int64_t group = p.n_q_heads / p.q.n_kv_heads;
