@@ -10,6 +10,8 @@
                               label's +workgroup), batches 1 and 16 at 4K and 16K and 1 × 32K (visit 113, an H100);
   bench_e2e_ocl_quant_warps_16x32k_h200.csv  none, kivi, zipcache and zipcache ratio=0 at 16 × 32K with the
                               per-warp decode (visit 115, an H200);
+  bench_e2e_ocl_bulk_16x32k_h200.csv  none, zipcache (its decode with bulk copies) and fdc p = 0.5 at 16 × 32K
+                              (visit 119, an H200);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -21,7 +23,8 @@ SOURCE = "bench_e2e_ocl_32k_h200.csv"
 PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
 WARPS_SOURCE = "bench_e2e_ocl_quant_warps_h100.csv"
 WARPS_16X32K_SOURCE = "bench_e2e_ocl_quant_warps_16x32k_h200.csv"
-SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
+BULK_16X32K_SOURCE = "bench_e2e_ocl_bulk_16x32k_h200.csv"
+SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -228,4 +231,36 @@ def ocl_quant_warps_section(data_dir):
         out += _table(bpts)
         out += _summary("ZipCache TTFT over zipcache ratio=0 of the same visit, what saliency estimation adds",
                         "target ≤ 1.10", _saliency(bpts))
+    return out
+
+
+def ocl_bulk_16x32k_section(data_dir):
+    """Visit 119: none, zipcache with the bulk-copy decode and fdc after head_project's rework at 16 × 32K."""
+    rows = read_dicts(os.path.join(data_dir, BULK_16X32K_SOURCE))
+    if not rows:
+        return []
+    pts = _points(rows)
+    out = ["### ZipCache and FDC at 16 × 32K on NVIDIA's OpenCL driver after the bulk copies and head_project's "
+           "rework (kvcomp bench, H200)", "",
+           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/{BULK_16X32K_SOURCE}`; "
+           "`docs/data/gpu_visits_2026-11-28.log`, visit 119), batch 16 × 32K, 16 generated tokens, prompts prefilled "
+           "four at a time (`--prefill-tokens 131072`), one run each, none in the same visit: zipcache at its defaults "
+           "with the quantized decode of \"The OpenCL quantized decode with bulk copies\" (ZipCache's 10.4 KiB block "
+           "regions come in by bulk copies), fdc at p = 0.5 with a calibration of 8192 random tokens made on cuda:0 in "
+           "the same visit, its projection by `head_project`'s two kernels (\"The online projection and the saliency "
+           "pass on NVIDIA's OpenCL driver, reworked\" above, which could not reach this point).", ""]
+    out += _table(pts)
+    # The same point in earlier visits: zipcache with the per-warp decode's synchronous copy (115), fdc before
+    # head_project's rework (109).
+    for (m, o), visit, source in ((("zipcache", ""), "115", WARPS_16X32K_SOURCE), (("fdc", "p=0.5"), "109", SOURCE)):
+        now = [r for b, c, r in _ratios(pts, (m, o), ("none", ""), "tbt_ms") if (b, c) == (16, 32768)]
+        src = _points(read_dicts(os.path.join(data_dir, source)))
+        then = [r for b, c, r in _ratios(src, (m, o), ("none", ""), "tbt_ms") if (b, c) == (16, 32768)]
+        if now and then:
+            out.append(f"{m}{' ' + o if o else ''} TBT over none's: {now[0]:.3f} (visit {visit}: {then[0]:.3f}).")
+    out.append("")
+    fdc = [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms")]
+    out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05", fdc)
+    out += _summary("ZipCache TTFT over none's of the same visit", "saliency and quantization at the prefill",
+                    [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, ("zipcache", ""), ("none", ""), "ttft_ms")])
     return out

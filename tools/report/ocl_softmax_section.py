@@ -24,6 +24,10 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_quant_warps_h100.csv       workgroup against warps (ae9a387, kept), two passes, visit 112, on an
                                            NVIDIA H100
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
+  bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
+                                           4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
+  bench_ops_ocl_quant_rings_h100.csv       ffac109 with KVCOMP_CL_QUANT_RING=4,0 / default / 2,2 / 4,2 (rings of
+  bench_ops_ocl_quant_rings_kivi_h100.csv  bulk-copy stages; not kept), visits 116 / 117, on an NVIDIA H100
 all on one NVIDIA H200 through NVIDIA's OpenCL driver unless named (docs/data/gpu_visits_2026-11-28.log for
 visits from 111).
 """
@@ -36,9 +40,13 @@ _OPS = {"decode_fp16": ("fp16 pages", ""), "decode_kivi2": ("kivi2 blocks", ""),
 
 
 def _row_label(op):
-    """(cache, profile) of a decode row, or None for rows these tables leave out."""
+    """(cache, profile) of a decode row, or None for rows these tables leave out. The quant sweep's rows at
+    other head widths (decode_<layout>_d<W>) have the width as their profile."""
     if op in _OPS:
         return _OPS[op]
+    base, _, width = op.rpartition("_d")
+    if base in _OPS and width.isdigit():
+        return _OPS[base][0], f"head dim {width}"
     for prefix, pages in (("decode_lowrank_q4_balanced_", "ragged q4, balanced"),
                           ("decode_lowrank_balanced_", "ragged f16, balanced"), ("decode_palu_", "palu")):
         if op.startswith(prefix):
@@ -97,6 +105,42 @@ _TABLES = [
      "fp16 decode of the same runs. At batch 16 from 32K the per-warp kernel takes 0.41-0.46 of the fp16 "
      "decode's time, the work-group one 0.75-0.80; KIVI-2 at 16 × 32K reads its blocks at 0.35 of the copy bandwidth (CUDA on an H100 at `dc2bc81`: 0.47, "
      "the table \"The tensor-core quantized decode with fewer instructions per item\" above).",
+     ),
+    ("bench_ops_ocl_quant_bulk_dims_h200.csv",
+     "### The OpenCL quantized decode with bulk copies (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps quant --quant-dims 64,96,128` on {device} ({backend}, {date}; 32 query / 8 KV heads; "
+     "profile: the head width where it is not 128), two passes of each variant one after the other "
+     "(`docs/data/{file}`, mean; visit 118): `8a95c1a`'s binary with `KVCOMP_CL_BULK_COPY=0` (each warp copies a "
+     "block's KV-head region into its stage with 16-byte loads of every lane, as in the table below) and `=1` (on "
+     "sm_90 lane 0 starts two `cp.async.bulk` copies, the slot's header and the region, and the warp waits on its "
+     "mbarrier; inline PTX, as CUDA's kernel since `dc2bc81`). Block regions: ZipCache 5.4 / 7.9 / 10.4 KiB at head "
+     "widths 64 / 96 / 128, KIVI-2 1.5 / 2.25 / 3 KiB. ZipCache gains at every width (1.00-1.21×; 1.05-1.21× at batch "
+     "16); KIVI-2 loses up to 11 % at widths 64 and 128 (0.89-1.02×) and gains 13-23 % at batch 16 at width 96, "
+     "which the region size does not explain. So the launcher takes bulk copies for regions of 4 KiB and more "
+     "(every ZipCache row here, no KIVI-2 row); `KVCOMP_CL_BULK_COPY` forces either way. Op tests 18/18 on the "
+     "driver by default (no test shape reaches 4 KiB) and with `KVCOMP_CL_BULK_COPY=1` (every program with its two "
+     "bulk copies), no private memory, the engine's quantized-cache unit tests 14/14 "
+     "(`docs/data/ocl_quant_bulk_checks_h200.log`). ZipCache at 16 × 32K: 0.34 ms, 0.31 of this H200's copy "
+     "bandwidth (the kernel takes the same time on an H100, where that is 0.44: visit 116 below).",
+     ),
+    ("bench_ops_ocl_quant_rings_h100.csv",
+     "### Experiment, not kept: rings of bulk-copy stages per warp (H100, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps fp16,quant` on {device} ({backend}, {date}), two passes of each variant one after the "
+     "other (`docs/data/{file}`, mean; visit 116): `ffac109`, whose warps kept a ring of NS local stages filled by "
+     "bulk copies NS - 1 blocks ahead of the one computed, with `KVCOMP_CL_QUANT_RING=NW,NS` (warps per "
+     "work-group, stages per warp; `4,0`: no bulk copies, the 16-byte loads). `default` took the most stages that "
+     "fit 4 warps in the driver's 48 KiB of local memory: 3 for KIVI-2's 3 KiB regions, 1 for ZipCache's 10.4 KiB "
+     "ones; ZipCache's `4,2` does not fit and ran the work-group kernel `attn_decode_quant.cl` (its 0.58-0.81×). "
+     "ZipCache: 1.10-1.21× with one stage per warp, 0.99-1.30× with two stages of 2 warps (faster than one stage at "
+     "1 × 4K and 1 × 128K only); KIVI-2: 0.86-1.08× with any ring, no variant faster at every point. The next table "
+     "times KIVI-2's rings again with one stage among them. "
+     "`8a95c1a` kept one stage per warp and dropped the rings (the table above).",
+     ),
+    ("bench_ops_ocl_quant_rings_kivi_h100.csv",
+     "### The same, KIVI-2 with 1, 2 and 3 bulk-copy stages (H100, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes (`docs/data/{file}`, mean; visit 117, "
+     "the machine of visit 116): `ffac109` with `KVCOMP_CL_QUANT_RING=4,0` (16-byte loads), `4,1`, `4,2` and the "
+     "default `4,3` on KIVI-2's 3 KiB regions: 0.86-1.02× for every bulk-copy variant.",
      ),
     ("bench_ops_ocl_quant_cp_async_h200.csv",
      "### Experiment, reverted: the per-warp OpenCL decode with cp.async rings (H200, NVIDIA's driver)",
