@@ -118,7 +118,7 @@ _TABLES = [
      "16); KIVI-2 loses up to 11 % at widths 64 and 128 (0.89-1.02×) and gains 13-23 % at batch 16 at width 96, "
      "which the region size does not explain. So the launcher takes bulk copies for regions of 4 KiB and more "
      "(every ZipCache row here, no KIVI-2 row); `KVCOMP_CL_BULK_COPY` forces either way. Op tests 18/18 on the "
-     "driver by default (no test shape reaches 4 KiB) and with `KVCOMP_CL_BULK_COPY=1` (every program with its two "
+     "driver by default (with `8a95c1a`'s first threshold of 8 KiB, which no test shape reaches) and with `KVCOMP_CL_BULK_COPY=1` (every program with its two "
      "bulk copies), no private memory, the engine's quantized-cache unit tests 14/14 "
      "(`docs/data/ocl_quant_bulk_checks_h200.log`). ZipCache at 16 × 32K: 0.34 ms, 0.31 of this H200's copy "
      "bandwidth (the kernel takes the same time on an H100, where that is 0.44: visit 116 below).",
