@@ -82,8 +82,8 @@ void usage() {
         "                    s_kv * (k_width + v_width + c), or auto (default): the engine's\n"
         "                    (default_token_cost: 1 for f16 pages, 64 for q4); rows of a given c end in\n"
         "                    _tcC before the profile\n"
-        "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache and\n"
-        "                    kivi2 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
+        "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache, kivi2\n"
+        "                    and kivi4 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
         "  --quant-dims LIST head widths of the quant sweep (default 128; others are the reduced caches\n"
         "                    of kivi / zipcache with lowrank=, rank=R: rows decode_<layout>_d<W>, KIVI's\n"
@@ -404,11 +404,11 @@ bool bench_device(const device_entry & dev, const options & o) {
             s.extra_pages = 0;
             sweep_point(make_attn_decode_case(s), "decode_fp16", batch, ctx);
         }
-    // 3b. The same sweep over quantized blocks (ZipCache and KIVI-2 layouts): bytes are the
+    // 3b. The same sweep over quantized blocks (ZipCache, KIVI-2 and KIVI-4 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
     // Other head widths (--quant-dims) are rows decode_<layout>_d<W>.
     for (int64_t dim : o.quant_dims)
-        for (const char * layout : {"zipcache", "kivi2"}) {
+        for (const char * layout : {"zipcache", "kivi2", "kivi4"}) {
             const std::string name =
                 std::string("decode_") + layout + (dim == 128 ? "" : "_d" + std::to_string(dim));
             for (int64_t batch : sweep("quant") && sweep_row(name) ? o.batches : std::vector<int64_t>{})

@@ -36,7 +36,7 @@ import os
 from results_data import commits_in_order, read_dicts
 
 _OPS = {"decode_fp16": ("fp16 pages", ""), "decode_kivi2": ("kivi2 blocks", ""),
-        "decode_zipcache": ("zipcache blocks", "")}
+        "decode_kivi4": ("kivi4 blocks", ""), "decode_zipcache": ("zipcache blocks", "")}
 
 
 def _row_label(op):
