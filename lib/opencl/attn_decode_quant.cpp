@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "opencl/backend_opencl.h"
 #include "opencl/cl_common.h"
 #include "opencl/qblock_defines.h"
 
@@ -80,24 +82,35 @@ bool warps_bulk_copy(const cl_backend & be, const qblock_layout & q) {
     return (env && std::strcmp(env, "1") == 0) || q.head_bytes() >= kBulkMinBytes;
 }
 
-// Whether the warp kernel runs this op: NVIDIA's driver with inline PTX mma (not opted out with
-// KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles,
-// 32-bit aligned window rows, and a stage per warp in local memory. Returns the inline-assembly keyword.
-const char * warps_apply(cl_backend & be, const op_desc & op) {
-    const auto & p = op.get<attn_decode_quant_params>();
+// Whether the warp kernel takes layout q: NVIDIA's driver with inline PTX mma (not opted out with
+// KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles, and
+// a stage per warp in local memory. Returns the inline-assembly keyword.
+const char * warps_apply(cl_backend & be, const qblock_layout & q) {
     const char * opt_out = std::getenv("KVCOMP_CL_QUANT_WARPS");
     if (opt_out && std::strcmp(opt_out, "0") == 0) return nullptr;
-    const int64_t d = p.q.head_dim;
-    if (d < 32 || d > 128 || d % 16 != 0 || p.q.v_group <= 0 || p.q.v_group % 16 != 0 || d % p.q.v_group != 0)
+    const int64_t d = q.head_dim;
+    if (d < 32 || d > 128 || d % 16 != 0 || q.v_group <= 0 || q.v_group % 16 != 0 || d % q.v_group != 0)
         return nullptr;
-    if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
-    if (warps_local_bytes(p.q, warps_bulk_copy(be, p.q)) > be.dev().local_mem_bytes ||
+    if (warps_local_bytes(q, warps_bulk_copy(be, q)) > be.dev().local_mem_bytes ||
         be.dev().max_work_group_size < size_t(32 * kWarps))
         return nullptr;
     return be.tensor_core_asm();
 }
 
+// The same for an op, whose window rows must also be 32-bit aligned.
+const char * warps_apply(cl_backend & be, const op_desc & op) {
+    if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
+    return warps_apply(be, op.get<attn_decode_quant_params>().q);
+}
+
 }  // namespace
+
+std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q) {
+    auto * cb = dynamic_cast<cl_backend *>(&be);
+    KVCOMP_CHECK_ARG(cb, "backend ", be.name(), " is not an OpenCL backend");
+    if (!warps_apply(*cb, q)) return "kvc_adq_split";
+    return warps_bulk_copy(*cb, q) ? "kvc_adq_warps (bulk copies)" : "kvc_adq_warps";
+}
 
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_quant_params>();

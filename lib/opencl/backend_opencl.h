@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/qblock.h"
 
 namespace kvcomp::cl {
 
@@ -40,6 +41,12 @@ program_cache_stats cache_stats(const backend & be);
 // yes, or no with the reason (not NVIDIA's driver, the build log, or the first wrong value).
 // Compiles and runs a one-warp kernel each call. invalid_argument when `be` is not OpenCL.
 support inline_ptx_mma(backend & be);
+
+// The kernel that attn_decode_quant runs for blocks of layout q on be's device (window rows 32-bit
+// aligned, as the engine's): "kvc_adq_warps (bulk copies)", "kvc_adq_warps" (attn_decode_quant_mma.cl) or
+// "kvc_adq_split" (attn_decode_quant.cl), by the launcher's own rules and environment switches. For tests
+// and diagnostics; invalid_argument when `be` is not OpenCL.
+std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q);
 
 // Drops the in-memory programs of be's device so the next lookup goes to the disk cache, as a new
 // process would. Kernels already created keep their programs alive.
