@@ -45,7 +45,8 @@ constexpr int64_t kMinBlocksPerWarp = 2;
 // warps' own 16-byte loads (docs/data/bench_ops_ocl_quant_bulk_dims_h200.csv, H200) they made
 // ZipCache's regions of 5.4 to 10.4 KiB (head widths 64 to 128) 1.00-1.21 x faster, and KIVI-2's of
 // 1.5 and 3 KiB (widths 64, 128) 0.89-1.02 x; KIVI-2's 2.25 KiB at width 96 gained (1.13-1.23 x at
-// batch 16), which the region size does not explain.
+// batch 16), which the region size does not explain. KIVI-4's 5 KiB at 128: 1.05-1.13 x
+// (bench_ops_ocl_quant_bulk_kivi4_h200.csv).
 constexpr int64_t kBulkMinBytes = 4096;
 
 int heads_per_group(const attn_decode_quant_params & p, int most) {

@@ -26,6 +26,8 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
   bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
+  bench_ops_ocl_quant_bulk_kivi4_h200.csv  0066aef with KVCOMP_CL_BULK_COPY=0 against the default (bulk copies for
+                                           KIVI-4's 5 KiB regions), two passes, visit 120
   bench_ops_ocl_quant_rings_h100.csv       ffac109 with KVCOMP_CL_QUANT_RING=4,0 / default / 2,2 / 4,2 (rings of
   bench_ops_ocl_quant_rings_kivi_h100.csv  bulk-copy stages; not kept), visits 116 / 117, on an NVIDIA H100
 all on one NVIDIA H200 through NVIDIA's OpenCL driver unless named (docs/data/gpu_visits_2026-11-28.log for
@@ -122,6 +124,15 @@ _TABLES = [
      "bulk copies), no private memory, the engine's quantized-cache unit tests 14/14 "
      "(`docs/data/ocl_quant_bulk_checks_h200.log`). ZipCache at 16 × 32K: 0.34 ms, 0.31 of this H200's copy "
      "bandwidth (the kernel takes the same time on an H100, where that is 0.44: visit 116 below).",
+     ),
+    ("bench_ops_ocl_quant_bulk_kivi4_h200.csv",
+     "### The same for KIVI-4 at the 4 KiB threshold (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes (`docs/data/{file}`, mean; visit 120): "
+     "`0066aef` (bulk copies from 4 KiB regions) with `KVCOMP_CL_BULK_COPY=0` and without, on KIVI-4's blocks (32 "
+     "tokens at 4 bits, values in groups of 32 channels: 5 KiB regions, so bulk copies by default): 1.05-1.13×. "
+     "The same binary's op tests on the driver took bulk copies in 5 of their 15 `kvc_adq_warps` programs by "
+     "default (18/18 pass), and the unit test `OpenCLQuantDecodeKernel` passed there "
+     "(`docs/data/ocl_quant_bulk_checks_h200.log`).",
      ),
     ("bench_ops_ocl_quant_rings_h100.csv",
      "### Experiment, not kept: rings of bulk-copy stages per warp (H100, NVIDIA's driver, interleaved A/B)",
