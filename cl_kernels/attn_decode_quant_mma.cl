@@ -181,34 +181,6 @@ KVC_INLINE float2 kvc_seg_scores(local const uchar * kc, int bits, int n, int to
                     tok0 + g + 8 < n ? (d2 + e2) + (d3 + e3) + bias : -INFINITY);
 }
 
-#if QB_NG % 2 == 0
-// The QB_NG f16 value-group parameters of a token row as QB_NG / 2 pairs (group 2j in the low half of
-// pairs[j]): 8-byte loads where QB_NG is a multiple of 4 (rows 8-byte aligned), else 4-byte ones.
-KVC_INLINE void kvc_row_pairs(local const half * a, int row, uint * pairs) {
-#if QB_NG % 4 == 0
-    local const uint2 * p = (local const uint2 *)(a + row * QB_NG);
-#pragma unroll
-    for (int j = 0; j < QB_NG / 4; ++j) {
-        const uint2 v = p[j];
-        pairs[2 * j] = v.x, pairs[2 * j + 1] = v.y;
-    }
-#else
-    local const uint * p = (local const uint *)(a + row * QB_NG);
-#pragma unroll
-    for (int j = 0; j < QB_NG / 2; ++j) pairs[j] = p[j];
-#endif
-}
-// The low (hi = 0) or high half of a packed f16 pair as a float.
-KVC_INLINE float kvc_pair_half(uint pair, int hi) {
-    float r;
-    if (hi)
-        KVC_ASM("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(r) : "r"(pair));
-    else
-        KVC_ASM("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(r) : "r"(pair));
-    return r;
-}
-#endif
-
 // Values of the tile at tok0 of a segment weighted by this lane's weights p0 (token g), p1 (g + 8).
 // Lane g's code pair of m-tile m (channels 16m + 2g, + 1) starts at bit o of byte bb of word wv;
 // kvc_prmt puts those bytes of two tokens' rows 16 bits apart, and kvc_code_pair makes each channel's
@@ -238,31 +210,17 @@ KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local co
         for (int k = 0; k < 4; ++k) kvc_load_row(vr[k], rb, vw[k]);
     }
     const float two_b = (float)(1 << bits);
-#if QB_NG % 2 == 0
-    // The value groups' steps of the six rows and the offsets of this lane's two, each row read whole
-    // (QB_NG / 2 f16 pairs) instead of one 2-byte load per group and row.
-    uint ps[6][QB_NG / 2], pm[2][QB_NG / 2];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) kvc_row_pairs(vstep, r[k], ps[k]);
-    kvc_row_pairs(vstep, ra, ps[4]);
-    kvc_row_pairs(vstep, rc, ps[5]);
-    kvc_row_pairs(vmin, ra, pm[0]);
-    kvc_row_pairs(vmin, rc, pm[1]);
-#define KVC_VSTEP(k, row, gi) kvc_pair_half(ps[k][(gi) / 2], (gi) & 1)
-#define KVC_VMIN(k, row, gi) kvc_pair_half(pm[k][(gi) / 2], (gi) & 1)
-#else
-#define KVC_VSTEP(k, row, gi) vload_half((row) * QB_NG + (gi), vstep)
-#define KVC_VMIN(k, row, gi) vload_half((row) * QB_NG + (gi), vmin)
-#endif
     uint b0 = 0u, b1 = 0u;
 #pragma unroll
     for (int m = 0; m < HD16; ++m) {
         if (m % MPG == 0) {  // a new value group: its p' operand and offsets
             const int gi = m / MPG;
-            kvc_p_frag(w[0] * KVC_VSTEP(0, r[0], gi), w[1] * KVC_VSTEP(1, r[1], gi), w[2] * KVC_VSTEP(2, r[2], gi),
-                       w[3] * KVC_VSTEP(3, r[3], gi), g & 1, &b0, &b1);
-            const float sa = KVC_VSTEP(4, ra, gi), sc = KVC_VSTEP(5, rc, gi);
-            st->vb[gi] += p0 * (KVC_VMIN(0, ra, gi) - two_b * sa) + p1 * (KVC_VMIN(1, rc, gi) - two_b * sc);
+            kvc_p_frag(w[0] * vload_half(r[0] * QB_NG + gi, vstep), w[1] * vload_half(r[1] * QB_NG + gi, vstep),
+                       w[2] * vload_half(r[2] * QB_NG + gi, vstep), w[3] * vload_half(r[3] * QB_NG + gi, vstep), g & 1,
+                       &b0, &b1);
+            const float sa = vload_half(ra * QB_NG + gi, vstep), sc = vload_half(rc * QB_NG + gi, vstep);
+            st->vb[gi] += p0 * (vload_half(ra * QB_NG + gi, vmin) - two_b * sa) +
+                          p1 * (vload_half(rc * QB_NG + gi, vmin) - two_b * sc);
         }
         const int wi = m * (bits / 2) + wv;
         const uint x01 = kvc_prmt(whole ? vw[0][m] : vr[0][wi], whole ? vw[1][m] : vr[1][wi], sel);
@@ -271,8 +229,6 @@ KVC_INLINE void kvc_seg_values(kvc_wstate * st, local const uchar * vc, local co
                       kvc_code_pair(x01, rot_a, bits), kvc_code_pair(x01, rot_b, bits), kvc_code_pair(x23, rot_a, bits),
                       kvc_code_pair(x23, rot_b, bits), b0, b1);
     }
-#undef KVC_VSTEP
-#undef KVC_VMIN
 }
 
 // Every tile of one segment of the staged block (n > 0 tokens); `bits` is a literal at each call.
