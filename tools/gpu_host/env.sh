@@ -35,4 +35,7 @@ step() { echo; echo "=== $*"; "$@"; echo "=== rc=$? ($1)"; }
 # The OpenCL device of the GPU (the host also registers PoCL, usually as opencl:0): tests and
 # benchmarks name it explicitly so they never fall back to the CPU device.
 OCL_GPU=$($B/kvcomp info 2>/dev/null | awk '/^opencl:[0-9]+ .*\(OpenCL\)$/ && !/cpu-|CPU/ {print $1; exit}')
+# Without a carried kvcomp there is nothing to ask: say so on stdout (the visit scripts source this file with
+# stderr silenced), or the runs below would take the first OpenCL device, often PoCL on the host's CPU.
+[ -x "$B/kvcomp" ] || echo "env.sh: no kvcomp among the carried binaries: OCL_GPU is '${OCL_GPU:-opencl}' unless the script sets it"
 OCL_GPU=${OCL_GPU:-opencl}

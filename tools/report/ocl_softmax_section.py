@@ -28,6 +28,8 @@ blocks, the ragged low-rank pages) for each binary of a file, from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
   bench_ops_ocl_quant_bulk_kivi4_h200.csv  0066aef with KVCOMP_CL_BULK_COPY=0 against the default (bulk copies for
                                            KIVI-4's 5 KiB regions), two passes, visit 120
+  bench_ops_ocl_quant_vparams_h200.csv     0066aef against 798d9f6 (value-group parameters read a row at a time;
+                                           reverted), KIVI-2 / KIVI-4 rows, two passes, visit 121
   bench_ops_ocl_quant_rings_h100.csv       ffac109 with KVCOMP_CL_QUANT_RING=4,0 / default / 2,2 / 4,2 (rings of
   bench_ops_ocl_quant_rings_kivi_h100.csv  bulk-copy stages; not kept), visits 116 / 117, on an NVIDIA H100
 all on one NVIDIA H200 through NVIDIA's OpenCL driver unless named (docs/data/gpu_visits_2026-11-28.log for
@@ -133,6 +135,15 @@ _TABLES = [
      "The same binary's op tests on the driver took bulk copies in 5 of their 15 `kvc_adq_warps` programs by "
      "default (18/18 pass), and the unit test `OpenCLQuantDecodeKernel` passed there "
      "(`docs/data/ocl_quant_bulk_checks_h200.log`).",
+     ),
+    ("bench_ops_ocl_quant_vparams_h200.csv",
+     "### Experiment, reverted: the value-group parameters read a row at a time (H200, NVIDIA's driver)",
+     "`bench_ops --sweeps quant` on {device} ({backend}, {date}), two passes of each binary one after the other "
+     "(`docs/data/{file}`, mean; visit 121): `0066aef` against `798d9f6`, whose value tiles read a token row's "
+     "value-group steps and offsets with one 8-byte load per row (KIVI at head dim 128: 4 groups of 32 channels) "
+     "and unpack them with `cvt.f32.f16`, where `0066aef` loads each group's f16 alone (32 two-byte loads per tile "
+     "and lane for KIVI-2, 8 after). Op tests 18/18 on the driver. KIVI-2 0.89-1.03×, KIVI-4 0.95-1.05×: fewer "
+     "loads did not pay for the longer-lived registers. Reverted; the diff is `docs/data/ocl_quant_vparams.patch`.",
      ),
     ("bench_ops_ocl_quant_rings_h100.csv",
      "### Experiment, not kept: rings of bulk-copy stages per warp (H100, NVIDIA's driver, interleaved A/B)",
