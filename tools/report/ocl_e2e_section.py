@@ -24,7 +24,8 @@ PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
 WARPS_SOURCE = "bench_e2e_ocl_quant_warps_h100.csv"
 WARPS_16X32K_SOURCE = "bench_e2e_ocl_quant_warps_16x32k_h200.csv"
 BULK_16X32K_SOURCE = "bench_e2e_ocl_bulk_16x32k_h200.csv"
-SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE)  # a tuple, as the other modules' (make_results.py adds them up)
+# A tuple, as the other modules' (make_results.py adds them up).
+SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -81,6 +82,16 @@ def _summary(title, target, parts):
     met = f"; met at {sum(judged)} of {len(judged)}" if judged else ""
     return [f"{title} ({target}{met}): "
             + "; ".join(f"{label}: {r:.3f}" for label, r, _ in parts) + ".", ""]
+
+
+def _opening(data_dir, source, title, text):
+    """(points, [title, caption]) of a kvcomp bench CSV, or None when it is missing or empty. The caption opens
+    with the run's provenance and the file's name; `text` follows the file's name."""
+    rows = read_dicts(os.path.join(data_dir, source))
+    if not rows:
+        return None
+    return _points(rows), [title, "", f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} "
+                                      f"(`docs/data/{source}`" + text, ""]
 
 
 def _table(pts):
@@ -198,20 +209,20 @@ def ocl_projection_section(data_dir):
 
 def ocl_quant_warps_section(data_dir):
     """Visit 113: kivi and zipcache end to end with either OpenCL quantized decode, none in the same visit."""
-    rows = read_dicts(os.path.join(data_dir, WARPS_SOURCE))
-    if not rows:
+    opened = _opening(data_dir, WARPS_SOURCE,
+                      "### The quantized caches end to end with the per-warp decode on NVIDIA's OpenCL driver (kvcomp "
+                      "bench, H100)",
+                      ", its printed tables in `docs/data/bench_e2e_ocl_quant_warps_h100.log`; "
+                      "`docs/data/gpu_visits_2026-11-28.log`, visit 113): kivi and zipcache at their defaults with "
+                      "the quantized decode of \"The OpenCL quantized decode with per-warp streams on the tensor "
+                      "cores\" (`kvc_adq_warps`) and, in the `workgroup` rows, the same binary with "
+                      "`KVCOMP_CL_QUANT_WARPS=0`; none in the same visit; 16 generated tokens. Batches 1 and 16 at 4K "
+                      "and 16K and 1 × 32K; 16 × 32K is left out here, as none's cache there (64 GiB) does not fit "
+                      "beside the weights on an H100 (it follows, on an H200). \"/ none\": over none's row of the same "
+                      "batch and prompt in this file.")
+    if not opened:
         return []
-    pts = _points(rows)
-    out = ["### The quantized caches end to end with the per-warp decode on NVIDIA's OpenCL driver (kvcomp bench, "
-           "H100)", "",
-           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/{WARPS_SOURCE}`, "
-           "its printed tables in `docs/data/bench_e2e_ocl_quant_warps_h100.log`; `docs/data/gpu_visits_2026-11-28.log`, "
-           "visit 113): kivi and zipcache at their defaults with the quantized decode of \"The OpenCL quantized "
-           "decode with per-warp streams on the tensor cores\" (`kvc_adq_warps`) and, in the `workgroup` rows, the "
-           "same binary with `KVCOMP_CL_QUANT_WARPS=0`; none in the same visit; 16 generated tokens. Batches 1 and "
-           "16 at 4K and 16K and 1 × 32K; 16 × 32K is left out here, as none's cache there (64 GiB) does not fit "
-           "beside the weights on an H100 (it follows, on an H200). \"/ none\": over none's row of the same batch "
-           "and prompt in this file.", ""]
+    pts, out = opened
     out += _table(pts)
     for m in ("kivi", "zipcache"):
         parts = [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, (m, "workgroup"), (m, ""), "tbt_ms")]
@@ -236,19 +247,19 @@ def ocl_quant_warps_section(data_dir):
 
 def ocl_bulk_16x32k_section(data_dir):
     """Visit 119: none, zipcache with the bulk-copy decode and fdc after head_project's rework at 16 × 32K."""
-    rows = read_dicts(os.path.join(data_dir, BULK_16X32K_SOURCE))
-    if not rows:
+    opened = _opening(data_dir, BULK_16X32K_SOURCE,
+                      "### ZipCache and FDC at 16 × 32K on NVIDIA's OpenCL driver after the bulk copies and "
+                      "head_project's rework (kvcomp bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 119), batch 16 × 32K, 16 generated tokens, "
+                      "prompts prefilled four at a time (`--prefill-tokens 131072`), one run each, none in the same "
+                      "visit: zipcache at its defaults with the quantized decode of \"The OpenCL quantized decode with "
+                      "bulk copies\" (ZipCache's 10.4 KiB block regions come in by bulk copies), fdc at p = 0.5 with "
+                      "a calibration of 8192 random tokens made on cuda:0 in the same visit, its projection by "
+                      "`head_project`'s two kernels (\"The online projection and the saliency pass on NVIDIA's "
+                      "OpenCL driver, reworked\" above, which could not reach this point).")
+    if not opened:
         return []
-    pts = _points(rows)
-    out = ["### ZipCache and FDC at 16 × 32K on NVIDIA's OpenCL driver after the bulk copies and head_project's "
-           "rework (kvcomp bench, H200)", "",
-           f"`kvcomp bench --random-weights` at Llama-3-8B shapes on {provenance(rows)} (`docs/data/{BULK_16X32K_SOURCE}`; "
-           "`docs/data/gpu_visits_2026-11-28.log`, visit 119), batch 16 × 32K, 16 generated tokens, prompts prefilled "
-           "four at a time (`--prefill-tokens 131072`), one run each, none in the same visit: zipcache at its defaults "
-           "with the quantized decode of \"The OpenCL quantized decode with bulk copies\" (ZipCache's 10.4 KiB block "
-           "regions come in by bulk copies), fdc at p = 0.5 with a calibration of 8192 random tokens made on cuda:0 in "
-           "the same visit, its projection by `head_project`'s two kernels (\"The online projection and the saliency "
-           "pass on NVIDIA's OpenCL driver, reworked\" above, which could not reach this point).", ""]
+    pts, out = opened
     out += _table(pts)
     # The same point in earlier visits: zipcache with the per-warp decode's synchronous copy (115), fdc before
     # head_project's rework (109).
