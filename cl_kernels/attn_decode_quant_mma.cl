@@ -36,7 +36,7 @@
 // Layout: as attn_decode_quant.cl. The window buffers' element offsets are even (32-bit row reads).
 // Preamble defines: lib/opencl/qblock_defines.h (QB_HD a multiple of 16 from 32 to 128, QB_VG a multiple
 //   of 16), GB (query heads per work-group, <= 4, divides the GQA group), NW (warps per work-group),
-//   KVC_ASM; KVC_BULK where the launcher takes bulk copies (sm_90 on, large blocks).
+//   KVC_ASM; KVC_BULK where the launcher takes bulk copies (Hopper, block regions of 4 KiB and more).
 
 #define KVC_LN2 0.69314718055994530942f
 #define HD16 (QB_HD / 16)                  // m-tiles (values) and k16 steps (scores)

@@ -41,7 +41,7 @@ constexpr int64_t kMaxSplitsPerRow = 64;
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kMinBlocksPerWarp = 2;
-// The smallest block region that the warp kernel brings in by bulk copies (sm_90 on). Against the
+// The smallest block region that the warp kernel brings in by bulk copies (Hopper). Against the
 // warps' own 16-byte loads (docs/data/bench_ops_ocl_quant_bulk_dims_h200.csv, H200) they made
 // ZipCache's regions of 5.4 to 10.4 KiB (head widths 64 to 128) 1.00-1.21 x faster, and KIVI-2's of
 // 1.5 and 3 KiB (widths 64, 128) 0.89-1.02 x; KIVI-2's 2.25 KiB at width 96 gained (1.13-1.23 x at
@@ -72,11 +72,12 @@ size_t warps_local_bytes(const qblock_layout & q, bool bulk) {
     return sizeof(float) * 4 * d + std::max(kWarps * stage, merge) + (bulk ? 8 * kWarps : 0);
 }
 
-// Whether kvc_adq_warps brings blocks in by bulk copies (KVC_BULK): NVIDIA compute capability 9 on and
-// regions of at least kBulkMinBytes whose stages, 16 bytes larger, fit; KVCOMP_CL_BULK_COPY=0 never, =1
-// at every size (for A/Bs).
+// Whether kvc_adq_warps brings blocks in by bulk copies (KVC_BULK): NVIDIA compute capability 9 (Hopper,
+// where they were measured; other generations keep the loads, which compile everywhere) and regions of at
+// least kBulkMinBytes whose stages, 16 bytes larger, fit; KVCOMP_CL_BULK_COPY=0 never, =1 at every size
+// (for A/Bs).
 bool warps_bulk_copy(const cl_backend & be, const qblock_layout & q) {
-    if (be.dev().nv_compute_major < 9) return false;
+    if (be.dev().nv_compute_major != 9) return false;
     const char * env = std::getenv("KVCOMP_CL_BULK_COPY");
     if (env && std::strcmp(env, "0") == 0) return false;
     if (warps_local_bytes(q, true) > be.dev().local_mem_bytes) return false;
