@@ -142,9 +142,9 @@ _TABLES = [
      "(`docs/data/{file}`, mean; visit 121): `0066aef` against `798d9f6`, whose value tiles read a token row's "
      "value-group steps and offsets with one 8-byte load per row (KIVI at head dim 128: 4 groups of 32 channels) "
      "and unpack them with `cvt.f32.f16`, where `0066aef` loads each group's f16 alone (32 two-byte loads per tile "
-     "and lane for KIVI-2, 8 after). Op tests 18/18 on the driver. KIVI-2 0.89-1.03×, KIVI-4 0.95-1.05× (why the "
-     "saved loads did not pay is not known: the driver has no profiler here; the parameters now stay live in "
-     "registers across the tile). Reverted; the diff is `docs/data/ocl_quant_vparams.patch`.",
+     "and lane for KIVI-2, against 8 eight-byte loads in `798d9f6`). Op tests 18/18 on the driver. KIVI-2 0.89-1.03×, KIVI-4 0.95-1.05× (why the "
+     "saved loads did not pay is not known: the driver has no profiler here; in `798d9f6` the parameters stay "
+     "live in registers across the tile). Reverted; the diff is `docs/data/ocl_quant_vparams.patch`.",
      ),
     ("bench_ops_ocl_quant_rings_h100.csv",
      "### Experiment, not kept: rings of bulk-copy stages per warp (H100, NVIDIA's driver, interleaved A/B)",
