@@ -279,13 +279,7 @@ inline void kvc_window(global const half * wk, global const half * wv, global co
     }
 }
 
-kernel void kvc_adq_split(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
-                          global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
-                          global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
-                          global const int * win, ulong win_off, global const int * win_pages, ulong wp_off,
-                          global float * out, ulong out_off, global float * lse, ulong lse_off, global float * part,
-                          ulong ml_off, int n_kv_heads, int n_q_heads, int n_slots, int n_win_rows, int win_tokens,
-                          int n_win_pages, int win_page_tokens, int n_splits, int chunk, float qscale) {
+kernel void kvc_adq_split(KVC_QDECODE_PARAMS) {
     local float4 q4[GB * HD4];
     local float p_l[NT * GBP];      // probabilities of the tile, [token][head]
     local int mx_l[2 * GB];         // the running max's proposals (kvc_propose_max)

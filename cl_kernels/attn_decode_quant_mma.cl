@@ -402,13 +402,7 @@ KVC_INLINE void kvc_bulk_copy(local void * dst, global const void * src, uint by
 
 #endif
 
-kernel void kvc_adq_warps(global const float * q, ulong q_off, global const uchar * pool, ulong pool_off,
-                          global const int * indptr, ulong indptr_off, global const int * indices, ulong indices_off,
-                          global const half * win_k, ulong wk_off, global const half * win_v, ulong wv_off,
-                          global const int * win, ulong win_off, global const int * win_pages, ulong wp_off,
-                          global float * out, ulong out_off, global float * lse, ulong lse_off, global float * part,
-                          ulong ml_off, int n_kv_heads, int n_q_heads, int n_slots, int n_win_rows, int win_tokens,
-                          int n_win_pages, int win_page_tokens, int n_splits, int chunk, float qscale) {
+kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
     local float q_l[4 * QB_HD];  // q * qscale of the GB heads, zero rows up to 4 (the mma's columns)
     local uint4 area[AREA_V4];   // the warps' stages; at the end the merge
 #if KVC_BULK

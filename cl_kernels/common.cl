@@ -8,7 +8,8 @@
 //     works); stores round to nearest even, matching the CPU reference bit for bit. bf16 is a ushort
 //     holding the top half of an fp32, rounded to nearest even, NaN kept quiet (as core/dtype.h).
 //   - kvc_merge_splits(): the split-KV merge of decode attention (attn_decode, attn_decode_quant);
-//   - kvc_qdecode_work_of(): what a work-group of the quantized decodes computes;
+//   - KVC_QDECODE_PARAMS and kvc_qdecode_work_of(): the quantized decodes' parameters and what one of their
+//     work-groups computes;
 //   - kvc_ragged_task_output(): the end of a ragged decode task (attn_decode_ragged, its q4 pages);
 //   - kvc_clear_max() / kvc_propose_max() / kvc_take_max(): the decode kernels' lazily moved running
 //     maximum of the online softmax, proposed through local atomics;
@@ -176,6 +177,16 @@ inline void kvc_ragged_task_output(local const float * o_l, local const float * 
         }
     }
 }
+
+// The parameters of both quantized-decode kernels (kvc_adq_split, kvc_adq_warps): the launcher
+// (lib/opencl/attn_decode_quant.cpp) sets them with one argument list whichever kernel it runs.
+#define KVC_QDECODE_PARAMS                                                                                          \
+    global const float *q, ulong q_off, global const uchar *pool, ulong pool_off, global const int *indptr,        \
+        ulong indptr_off, global const int *indices, ulong indices_off, global const half *win_k, ulong wk_off,    \
+        global const half *win_v, ulong wv_off, global const int *win, ulong win_off, global const int *win_pages, \
+        ulong wp_off, global float *out, ulong out_off, global float *lse, ulong lse_off, global float *part,      \
+        ulong ml_off, int n_kv_heads, int n_q_heads, int n_slots, int n_win_rows, int win_tokens, int n_win_pages, \
+        int win_page_tokens, int n_splits, int chunk, float qscale
 
 // The work of a quantized-decode work-group (attn_decode_quant.cl, attn_decode_quant_mma.cl): its group ids
 // (split, KV head x sub-group of gb query heads, request b) give its KV head, the row of its first query

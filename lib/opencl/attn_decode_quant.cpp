@@ -84,24 +84,32 @@ bool warps_bulk_copy(const cl_backend & be, const qblock_layout & q) {
     return (env && std::strcmp(env, "1") == 0) || q.head_bytes() >= kBulkMinBytes;
 }
 
-// Whether the warp kernel takes layout q: NVIDIA's driver with inline PTX mma (not opted out with
+// How the warp kernel runs a layout: the inline-assembly keyword (nullptr: the work-group kernel runs)
+// and whether blocks come in by bulk copies. Decided once per launch.
+struct warps_choice {
+    const char * asm_kw = nullptr;
+    bool bulk = false;
+};
+
+// The warp kernel takes layout q on NVIDIA's driver with inline PTX mma (not opted out with
 // KVCOMP_CL_QUANT_WARPS=0), head_dim a multiple of 16 from 32 to 128, value groups of whole m-tiles, and
-// a stage per warp in local memory. Returns the inline-assembly keyword.
-const char * warps_apply(cl_backend & be, const qblock_layout & q) {
+// a stage per warp in local memory.
+warps_choice warps_apply(cl_backend & be, const qblock_layout & q) {
     const char * opt_out = std::getenv("KVCOMP_CL_QUANT_WARPS");
-    if (opt_out && std::strcmp(opt_out, "0") == 0) return nullptr;
+    if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
     const int64_t d = q.head_dim;
     if (d < 32 || d > 128 || d % 16 != 0 || q.v_group <= 0 || q.v_group % 16 != 0 || d % q.v_group != 0)
-        return nullptr;
-    if (warps_local_bytes(q, warps_bulk_copy(be, q)) > be.dev().local_mem_bytes ||
-        be.dev().max_work_group_size < size_t(32 * kWarps))
-        return nullptr;
-    return be.tensor_core_asm();
+        return {};
+    const bool bulk = warps_bulk_copy(be, q);
+    if (warps_local_bytes(q, bulk) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
+        return {};
+    const char * kw = be.tensor_core_asm();
+    return {kw, kw != nullptr && bulk};
 }
 
 // The same for an op, whose window rows must also be 32-bit aligned.
-const char * warps_apply(cl_backend & be, const op_desc & op) {
-    if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return nullptr;
+warps_choice warps_apply(cl_backend & be, const op_desc & op) {
+    if (op.src[4].offset % 4 != 0 || op.src[5].offset % 4 != 0) return {};
     return warps_apply(be, op.get<attn_decode_quant_params>().q);
 }
 
@@ -110,8 +118,9 @@ const char * warps_apply(cl_backend & be, const op_desc & op) {
 std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q) {
     auto * cb = dynamic_cast<cl_backend *>(&be);
     KVCOMP_CHECK_ARG(cb, "backend ", be.name(), " is not an OpenCL backend");
-    if (!warps_apply(*cb, q)) return "kvc_adq_split";
-    return warps_bulk_copy(*cb, q) ? "kvc_adq_warps (bulk copies)" : "kvc_adq_warps";
+    const warps_choice w = warps_apply(*cb, q);
+    if (!w.asm_kw) return "kvc_adq_split";
+    return w.bulk ? "kvc_adq_warps (bulk copies)" : "kvc_adq_warps";
 }
 
 support supports_attn_decode_quant(const cl_backend & be, const op_desc & op) {
@@ -158,7 +167,8 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_quant_params>();
     const qblock_layout & q = p.q;
     const int64_t d = q.head_dim;
-    const char * warps_asm = warps_apply(be, op);
+    const warps_choice wc = warps_apply(be, op);
+    const char * warps_asm = wc.asm_kw;
     const int gb = heads_per_group(p, warps_asm ? kWarpHeads : kMaxHeadsPerGroup);
     const int64_t subs = p.n_q_heads / q.n_kv_heads / gb;
 
@@ -169,7 +179,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     size_t local_size = 32 * kWarps;
     if (warps_asm) {
         defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
-        if (warps_bulk_copy(be, q)) defs.add("KVC_BULK", 1);
+        if (wc.bulk) defs.add("KVC_BULK", 1);
         k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
         if (be.kernel_wg_limit(k) < local_size)
             KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
