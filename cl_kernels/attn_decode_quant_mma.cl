@@ -72,56 +72,17 @@ typedef struct {
 #define KVC_ACC(st) ((st)->o)
 #endif
 
-// Sum over the 8 lanes holding the same head (lane bits 2..4).
-KVC_INLINE float kvc_head_sum(float v) {
-    v += kvc_shfl_xor(v, 4);
-    v += kvc_shfl_xor(v, 8);
-    return v + kvc_shfl_xor(v, 16);
-}
-
-// Online softmax of this lane's two scores (log2 units, -inf when masked): their weights p0, p1.
+// Online softmax of this lane's two scores (log2 units, -inf when masked): their weights p0, p1, and the
+// accumulators rescaled where the running max moved (kvc_softmax_lazy, common.cl).
 KVC_INLINE void kvc_softmax2(kvc_wstate * st, float s0, float s1, float * p0, float * p1) {
-    float mt = fmax(s0, s1);
-    float alpha = 1.0f;
-    if (kvc_any(mt > st->m + KVC_LAZY_MAX)) {  // warp-uniform; -inf + 8: the first finite score
-        mt = fmax(mt, kvc_shfl_xor(mt, 4));
-        mt = fmax(mt, kvc_shfl_xor(mt, 8));
-        mt = fmax(mt, kvc_shfl_xor(mt, 16));
-        const float mn = fmax(st->m, mt);
-        alpha = native_exp2(st->m - (mn == -INFINITY ? 0.0f : mn));  // nothing seen yet: 0
-        st->m = mn;
+    int moved;
+    const float alpha = kvc_softmax_lazy(&st->m, &st->l, s0, s1, p0, p1, &moved);
+    if (moved) {  // warp-uniform
 #pragma unroll
         for (int i = 0; i < 4 * HD16; ++i) KVC_ACC(st)[i] *= alpha;
 #pragma unroll
         for (int i = 0; i < QB_NG; ++i) st->vb[i] *= alpha;
     }
-    const float mu = st->m == -INFINITY ? 0.0f : st->m;
-    *p0 = native_exp2(s0 - mu);
-    *p1 = native_exp2(s1 - mu);
-    st->l = st->l * alpha + (*p0 + *p1);
-}
-
-// The B fragment pair of P' for column g (head g / 2, hi for even g, lo for odd) from weights of tile
-// tokens 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1).
-KVC_INLINE void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0, uint * b1) {
-    if (lo) {
-        x0 -= kvc_round_half(x0);
-        x1 -= kvc_round_half(x1);
-        x2 -= kvc_round_half(x2);
-        x3 -= kvc_round_half(x3);
-    }
-    *b0 = kvc_pack_half2(x0, x1);
-    *b1 = kvc_pack_half2(x2, x3);
-}
-
-// The weights lane (g, t) needs for the values' B operand: head g / 2's of tile tokens 2t (w[0]),
-// 2t + 1 (w[1]), 2t + 8 (w[2]), 2t + 9 (w[3]), from the lanes that hold them in the score layout.
-KVC_INLINE void kvc_transpose_p(float p0, float p1, int g, int t, float * w) {
-    const int src = 8 * t + (g >> 1);
-    w[0] = kvc_shfl_idx(p0, src);
-    w[2] = kvc_shfl_idx(p1, src);
-    w[1] = kvc_shfl_idx(p0, src + 4);
-    w[3] = kvc_shfl_idx(p1, src + 4);
 }
 
 // Channel pairs (the K order of a segment's score mma, as CUDA's kernel): pair p (0..7) of a k16 step

@@ -18,7 +18,8 @@
 //     vector load (8 or 16 bytes) instead of four scalar ones;
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
 //     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
-//     kvc_warp_sync(), and the code operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
+//     kvc_warp_sync(), the per-warp decodes' softmax and P' operand (kvc_head_sum(), kvc_softmax_lazy(),
+//     kvc_transpose_p(), kvc_p_frag()), and the code operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
 //     The probe kernel runs the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
 // Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
@@ -280,6 +281,59 @@ inline int kvc_any(int p) {
 }
 inline void kvc_warp_sync(void) {
     KVC_ASM volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+}
+
+// The per-warp tensor-core decodes (attn_decode_quant_mma.cl, attn_decode_ragged_mma.cl) keep the mma
+// layout of cuda_backend's kernels: lane (g, t) = (lane / 4, lane % 4) holds query head t's scores of two
+// tile rows, g and g + 8, and the 8 lanes of a head share its running max.
+//   kvc_head_sum: the sum over the 8 lanes of a head (lane bits 2..4);
+//   kvc_softmax_lazy: the online softmax of the lane's two scores (log2 units, -inf when masked): their
+//     weights p0, p1 and the sum l; the running max m moves only when some score of the warp exceeds it
+//     by more than KVC_LAZY_MAX (a vote, so *moved is warp-uniform), and then the caller rescales its
+//     accumulators by the returned factor;
+//   kvc_transpose_p: the weights lane (g, t) needs for the values' B operand, head g / 2's of tile rows
+//     2t (w[0]), 2t + 1 (w[1]), 2t + 8 (w[2]), 2t + 9 (w[3]), from the lanes that hold them;
+//   kvc_p_frag: the B registers of P' for column g (head g / 2, hi for even g, what f16 missed for odd)
+//     from those weights: rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1).
+inline float kvc_head_sum(float v) {
+    v += kvc_shfl_xor(v, 4);
+    v += kvc_shfl_xor(v, 8);
+    return v + kvc_shfl_xor(v, 16);
+}
+inline float kvc_softmax_lazy(float * m, float * l, float s0, float s1, float * p0, float * p1, int * moved) {
+    float mt = fmax(s0, s1);
+    float alpha = 1.0f;
+    *moved = kvc_any(mt > *m + KVC_LAZY_MAX);  // -inf + 8: the first finite score moves it
+    if (*moved) {
+        mt = fmax(mt, kvc_shfl_xor(mt, 4));
+        mt = fmax(mt, kvc_shfl_xor(mt, 8));
+        mt = fmax(mt, kvc_shfl_xor(mt, 16));
+        const float mn = fmax(*m, mt);
+        alpha = native_exp2(*m - (mn == -INFINITY ? 0.0f : mn));  // nothing seen yet: 0
+        *m = mn;
+    }
+    const float mu = *m == -INFINITY ? 0.0f : *m;
+    *p0 = native_exp2(s0 - mu);
+    *p1 = native_exp2(s1 - mu);
+    *l = *l * alpha + (*p0 + *p1);
+    return alpha;
+}
+inline void kvc_transpose_p(float p0, float p1, int g, int t, float * w) {
+    const int src = 8 * t + (g >> 1);
+    w[0] = kvc_shfl_idx(p0, src);
+    w[2] = kvc_shfl_idx(p1, src);
+    w[1] = kvc_shfl_idx(p0, src + 4);
+    w[3] = kvc_shfl_idx(p1, src + 4);
+}
+inline void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0, uint * b1) {
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+        x2 -= kvc_round_half(x2);
+        x3 -= kvc_round_half(x3);
+    }
+    *b0 = kvc_pack_half2(x0, x1);
+    *b1 = kvc_pack_half2(x2, x3);
 }
 
 // The quantized decodes' codes as mma operands (attn_decode_quant.cl, attn_decode_quant_mma.cl; the

@@ -2,8 +2,15 @@
 // (cl_kernels/attn_decode_ragged.cl): one work-group per schedule row, then a merge kernel for
 // the (request, KV head) rows cut into several tasks (and zeros for requests without tokens).
 // q4 pages (kv.bits == 4) run cl_kernels/attn_decode_ragged_q4.cl (codes dequantized in registers).
+// fp16 pages on NVIDIA's driver, where inline PTX mma works, run cl_kernels/attn_decode_ragged_mma.cl
+// (each warp streams its own tiles, scores and values on the tensor cores) wherever its conditions hold
+// (warps_apply); elsewhere, and with KVCOMP_CL_RAGGED_WARPS=0, cl_kernels/attn_decode_ragged.cl.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
+#include "opencl/backend_opencl.h"
 #include "opencl/cl_common.h"
 
 namespace kvcomp::cl {
@@ -106,7 +113,92 @@ void run_q4(cl_backend & be, const op_desc & op) {
     merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
 }
 
+// The warp kernel (kvc_adr_warps): warps per work-group, query heads per work-group at most (the mma's 8
+// columns are (hi, lo) of 4 heads), the widest head it takes (its accumulators are 16-channel m-tiles up
+// to 8), and the smallest stage per warp (halves): narrower layouts get tiles of more than 16 rows.
+constexpr int kWarps = 4;
+constexpr int kWarpHeads = 4;
+constexpr int64_t kWarpMaxWidth = 128;
+constexpr int64_t kWarpMinStageHalves = 4096;
+
+// Halves of a stage row of a width-w head: whole 16-channel steps plus 8 (kvc_adr_warps' padding).
+int64_t warp_stage_row_halves(int64_t w) {
+    return 16 * ((w + 15) / 16) + 8;
+}
+
+struct warps_config {
+    const char * asm_kw = nullptr;  // nullptr: the work-group kernel runs
+    int gb = 1;
+    int64_t stage_halves = 0;  // STAGE_H: 16 rows of the widest K' and V' heads at least
+    int64_t mw = 0;
+};
+
+// Mirrors the local arrays of kvc_adr_warps: q of 4 heads, the warps' stages or the merge.
+size_t warps_local_bytes(const warps_config & c) {
+    const size_t qw = size_t(16 * ((c.mw + 15) / 16));
+    const size_t merge = sizeof(float) * (kWarps * 4 * qw + 2 * kWarps * 4);
+    return sizeof(float) * 4 * qw + std::max(size_t(kWarps) * size_t(c.stage_halves) * 2, merge);
+}
+
+// The warp kernel takes fp16 pages of heads up to kWarpMaxWidth wide on NVIDIA's driver with inline PTX
+// mma (not opted out with KVCOMP_CL_RAGGED_WARPS=0), when its stages fit local memory.
+warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
+    const char * opt_out = std::getenv("KVCOMP_CL_RAGGED_WARPS");
+    if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
+    if (p.kv.bits != 16 || p.kv.max_width < 1 || p.kv.max_width > kWarpMaxWidth) return {};
+    warps_config c;
+    c.mw = p.kv.max_width;
+    c.stage_halves = std::max(16 * 2 * warp_stage_row_halves(c.mw), kWarpMinStageHalves);
+    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
+    for (int d = kWarpHeads; d >= 1; --d)
+        if (g % d == 0) {
+            c.gb = d;
+            break;
+        }
+    if (warps_local_bytes(c) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
+        return {};
+    c.asm_kw = be.tensor_core_asm();
+    return c;
+}
+
+// fp16 pages on the warp kernel.
+void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
+    defines defs;
+    defs.add("G", g)
+        .add("GB", c.gb)
+        .add("MW", c.mw)
+        .add("PAGE_SIZE", p.kv.page_size)
+        .add("NW", kWarps)
+        .add("STAGE_H", c.stage_halves)
+        .add("KVC_ASM", c.asm_kw);
+    const tensor & out = op.dst[0];
+    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    if (p.n_tasks > 0) {
+        cl_kernel k = be.kernel("attn_decode_ragged_mma.cl", defs, "kvc_adr_warps");
+        const size_t local_size = 32 * kWarps;
+        if (be.kernel_wg_limit(k) < local_size)
+            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adr_warps with at most ",
+                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
+        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
+                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), cl_float(p.scale * kLog2e));
+        const size_t local[2] = {local_size, 1};
+        const size_t global[2] = {local_size * size_t(p.n_tasks), size_t(g / c.gb)};
+        be.launch(k, 2, global, local);
+    }
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+}
+
 }  // namespace
+
+std::string attn_decode_ragged_kernel(backend & be, const attn_decode_ragged_params & p) {
+    auto * cb = dynamic_cast<cl_backend *>(&be);
+    KVCOMP_CHECK_ARG(cb, "backend ", be.name(), " is not an OpenCL backend");
+    if (p.kv.bits == 4) return "kvc_attn_decode_ragged_q4";
+    return warps_apply(*cb, p).asm_kw ? "kvc_adr_warps" : "kvc_attn_decode_ragged";
+}
 
 // OpenCL has no occupancy query. Cut for one task per compute unit, the decodes ran two warps per SM
 // on an H200 through NVIDIA's driver, too few to hide their load latency. Cut for 8 x the compute
@@ -155,6 +247,7 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
 void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     if (p.kv.bits == 4) return run_q4(be, op);
+    if (const warps_config w = warps_apply(be, p); w.asm_kw) return run_warps(be, op, w);
     const ragged_config c = choose_config(be, p);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;

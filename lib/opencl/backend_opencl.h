@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/op.h"
 #include "core/qblock.h"
 
 namespace kvcomp::cl {
@@ -47,6 +48,12 @@ support inline_ptx_mma(backend & be);
 // "kvc_adq_split" (attn_decode_quant.cl), by the launcher's own rules and environment switches. For tests
 // and diagnostics; invalid_argument when `be` is not OpenCL.
 std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q);
+
+// The kernel that attn_decode_ragged runs for p on be's device: "kvc_adr_warps" (attn_decode_ragged_mma.cl),
+// "kvc_attn_decode_ragged" (attn_decode_ragged.cl) or "kvc_attn_decode_ragged_q4" (4-bit pages), by the
+// launcher's own rules and environment switches. For tests and diagnostics; invalid_argument when `be` is
+// not OpenCL.
+std::string attn_decode_ragged_kernel(backend & be, const attn_decode_ragged_params & p);
 
 // Drops the in-memory programs of be's device so the next lookup goes to the disk cache, as a new
 // process would. Kernels already created keep their programs alive.
