@@ -12,6 +12,10 @@
                               per-warp decode (visit 115, an H200);
   bench_e2e_ocl_bulk_16x32k_h200.csv  none, zipcache (its decode with bulk copies) and fdc p = 0.5 at 16 × 32K
                               (visit 119, an H200);
+  bench_e2e_ocl_ragged_warps_16x32k_h200.csv  none, fdc p = 0.5 with the per-warp tensor-core ragged decode
+                              (kvc_adr_warps) and with the work-group kernel (KVCOMP_CL_RAGGED_WARPS=0, +workgroup),
+                              zack p = 0.5, at 16 × 32K (visits 123-124, an H200);
+  bench_e2e_ocl_ragged_warps_1x32k_h200.csv  none, fdc and palu p = 0.5 at 1 × 32K with it (visit 126);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -24,8 +28,11 @@ PROJECTION_SOURCE = "bench_e2e_ocl_projection_h200.csv"
 WARPS_SOURCE = "bench_e2e_ocl_quant_warps_h100.csv"
 WARPS_16X32K_SOURCE = "bench_e2e_ocl_quant_warps_16x32k_h200.csv"
 BULK_16X32K_SOURCE = "bench_e2e_ocl_bulk_16x32k_h200.csv"
+RAGGED_16X32K_SOURCE = "bench_e2e_ocl_ragged_warps_16x32k_h200.csv"
+RAGGED_1X32K_SOURCE = "bench_e2e_ocl_ragged_warps_1x32k_h200.csv"
 # A tuple, as the other modules' (make_results.py adds them up).
-SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE)
+SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE, RAGGED_16X32K_SOURCE,
+           RAGGED_1X32K_SOURCE)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -274,4 +281,48 @@ def ocl_bulk_16x32k_section(data_dir):
     out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05", fdc)
     out += _summary("ZipCache TTFT over none's of the same visit", "saliency and quantization at the prefill",
                     [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, ("zipcache", ""), ("none", ""), "ttft_ms")])
+    return out
+
+
+def ocl_ragged_warps_section(data_dir):
+    """Visits 123-126: zack / fdc (and palu at batch 1) with the per-warp tensor-core ragged decode at 32K."""
+    out = []
+    opened = _opening(data_dir, RAGGED_16X32K_SOURCE,
+                      "### ZACK and FDC at 16 × 32K on NVIDIA's OpenCL driver with the per-warp ragged decode "
+                      "(kvcomp bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visits 123-124, one machine), batch 16 × 32K, 16 "
+                      "generated tokens, prompts prefilled four at a time (`--prefill-tokens 131072`), one run each, "
+                      "none in the same visit: fdc and zack at p = 0.5 (calibrations of 8192 tokens made on cuda:0 in "
+                      "visit 123: fdc random ids, zack the default text), their decode attention on "
+                      "`kvc_adr_warps` (\"The OpenCL ragged decode with per-warp streams on the tensor cores\"); "
+                      "`workgroup`: the same binary with `KVCOMP_CL_RAGGED_WARPS=0`.")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        out += _summary("TBT over none's", "the decode step; fdc with the work-group kernel for comparison",
+                        [(f"{m}{' ' + o if o else ''}", r, None) for m, o in (("fdc", "p=0.5"),
+                                                                             ("fdc", "p=0.5;workgroup"),
+                                                                             ("zack", "p=0.5"))
+                         for b, c, r in _ratios(pts, (m, o), ("none", ""), "tbt_ms")])
+        out += _summary("TTFT over none's, the online projection's overhead", "target ≤ 1.05",
+                        [(m, r, r <= 1.05) for m in ("fdc", "zack")
+                         for _, _, r in _ratios(pts, (m, "p=0.5"), ("none", ""), "ttft_ms")])
+    opened = _opening(data_dir, RAGGED_1X32K_SOURCE,
+                      "### FDC and Palu at 1 × 32K on NVIDIA's OpenCL driver with the per-warp ragged decode "
+                      "(kvcomp bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 126, the machine of the table above), batch 1 × "
+                      "32K, 16 generated tokens, one run each, none in the same visit: fdc at p = 0.5 (visit 123's "
+                      "calibration), palu at p = 0.5 (SVD of W_K / W_V, made on cuda:0 in this visit). FDC's decode "
+                      "runs `kvc_adr_warps`; Palu's OpenCL decode is still the CUDA-core kernel of \"The final "
+                      "OpenCL Palu decode\" (12× CUDA's tensor-core kernel's time at 16 × 32K p50), so the ratio "
+                      "below measures that kernel against FDC's more than the method.")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        out += _summary("Palu TBT over FDC TBT", "target ≥ 1.5 at 32K",
+                        [(f"{b} × {c}", r, r >= 1.5) for b, c, r in _ratios(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"),
+                                                                              "tbt_ms")])
+        out += _summary("FDC TTFT over none's", "target ≤ 1.05",
+                        [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""),
+                                                                              "ttft_ms")])
     return out

@@ -23,6 +23,9 @@ blocks, the ragged low-rank pages) for each binary of a file, from
                                            visit 111
   bench_ops_ocl_quant_warps_h100.csv       workgroup against warps (ae9a387, kept), two passes, visit 112, on an
                                            NVIDIA H100
+  bench_ops_ocl_ragged_warps_h200.csv      a25f955 with KVCOMP_CL_RAGGED_WARPS=0 (the work-group ragged decode)
+                                           against the default (kvc_adr_warps, the per-warp tensor-core kernel;
+                                           kept), f16 ragged rows, two passes, visit 122
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
   bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
@@ -52,7 +55,8 @@ def _row_label(op):
     if base in _OPS and width.isdigit():
         return _OPS[base][0], f"head dim {width}"
     for prefix, pages in (("decode_lowrank_q4_balanced_", "ragged q4, balanced"),
-                          ("decode_lowrank_balanced_", "ragged f16, balanced"), ("decode_palu_", "palu")):
+                          ("decode_lowrank_balanced_", "ragged f16, balanced"),
+                          ("decode_lowrank_plain_", "ragged f16, plain"), ("decode_palu_", "palu")):
         if op.startswith(prefix):
             return pages, op[len(prefix):]
     return None
@@ -94,6 +98,29 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_ragged_warps_h200.csv",
+     "### The OpenCL ragged decode with per-warp streams on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --cold --sweeps fp16,lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, per-KV-head "
+     "widths of the p50 and p70 profiles of \"Decode attention on uneven ranks\", page size 16), two passes of each "
+     "variant one after the other (`docs/data/{file}`, mean; visit 122): `a25f955`'s binary by default (the first "
+     "column: `attn_decode_ragged_mma.cl`'s `kvc_adr_warps`, the form of CUDA's `attn_decode_ragged_mma.cu`: each "
+     "warp copies its own tiles of K' and V' rows into its own stage by `cp.async` and computes scores and values "
+     "of every 16-row step with `mma.sync`, q and p split into (hi, lo) f16, bar.warp.sync its only barrier until "
+     "the end) and with `KVCOMP_CL_RAGGED_WARPS=0` (the second: `attn_decode_ragged.cl`, whose work-group shares "
+     "each tile through local memory with three barriers per tile, on the CUDA cores). The default ran first in "
+     "each pass, so the last column is the new kernel's time over the old one's (below 1: faster). `plain` and "
+     "`balanced` are the two schedules (equal token chunks; tasks costed and placed longest first). The fp16 rows "
+     "are the unchanged paged fp16 decode of the same runs. Op tests of attn_decode_ragged and attn_decode_quant "
+     "52/52 on the driver with a fresh program cache, every op case 246/246 in visit 125, the kernel's PTX without "
+     "private memory, the unit tests `OpenCLRaggedDecodeKernel` and the engine's low-rank ones (134, cpu and "
+     "opencl:1) passed (`docs/data/ocl_ragged_warps_checks_h200.log`). The f16 ragged rows take 0.54-0.81 of the "
+     "old kernel's time (1.24-1.85× faster); at 16 × 128K the balanced schedule reads the compressed bytes at 0.84 "
+     "(p50) and 0.82 (p70) of the copy bandwidth, against 0.50 and 0.45 before (issue 5's target, time ≤ 1.2 × "
+     "bytes / copy bandwidth, is a fraction ≥ 0.83). CUDA's tensor-core kernel on the same card: 0.92 and 0.84 "
+     "(\"Decode attention on uneven ranks\" at `90236fd+cold`). At batch 1 the fractions stay 0.05-0.38: two "
+     "launches and a few dependent round trips per block, as on CUDA (\"Batch 1 on CUDA\" in "
+     "`docs/kernel_notes.md`).",
+     ),
     ("bench_ops_ocl_quant_warps_h100.csv",
      "### The OpenCL quantized decode with per-warp streams on the tensor cores (H100, NVIDIA's driver, "
      "interleaved A/B)",
