@@ -8,10 +8,9 @@
 //   query heads) (lib/core/op.h "Decode task list"); NDRange local (32 NW, 1), global (32 NW n_tasks,
 //   G / GB). The task is (request b, KV head c, tokens [first, end)); its tokens are cut into tiles of T
 //   rows (a multiple of 16 that fits the warp's stage: narrower heads get longer tiles) and warp w takes
-//   tiles w, w + NW, ... Per tile the warp's lanes copy the tile's K' and V' rows into one of the warp's NS
-//   stages (16-byte cp.async chunks where the head's rows are 8-half aligned, else element by element; with
-//   NS > 1 the copies run NS - 1 tiles ahead of the one computed), wait for their own copies of the tile,
-//   meet at bar.warp.sync, and then run each 16-row step themselves:
+//   tiles w, w + NW, ... Per tile the warp's lanes copy the tile's K' and V' rows into the warp's stage
+//   (16-byte cp.async chunks where the head's rows are 8-half aligned, else element by element), wait
+//   for their own copies, meet at bar.warp.sync, and then run each 16-row step themselves:
 //     scores  S^T = K' Q^T: M = 16 rows (A = K' rows from the stage), N = 8 columns = (hi, lo) f16 parts
 //             of q for 4 heads (B, in registers for the whole task), K = 16 channels. Lane (g, t) =
 //             (lane / 4, lane % 4) holds head t's scores of rows g and g + 8.
@@ -27,83 +26,52 @@
 //   kernel (attn_decode_ragged_merge.cl), as attn_decode_ragged.cl.
 // Layout and arguments: attn_decode_ragged.cl's.
 // Preamble defines: G, GB (divides G, <= 4), MW (<= 128: bound on every width), PAGE_SIZE, NW (warps per
-//   work-group), NS (stages per warp, 1 to 3; default 1), STAGE_H (halves of one stage: at least 16 rows of
-//   the widest K' and V' heads), KVC_ASM.
+//   work-group), STAGE_H (halves of one warp's stage: at least 16 rows of the widest K' and V' heads),
+//   KVC_ASM.
 
-#ifndef NS
-#define NS 1                   // stages per warp: the tile computed and NS - 1 tiles in flight ahead of it
-#endif
-#if NS == 1
-#define NS_PENDING 0
-#elif NS == 2
-#define NS_PENDING 1
-#else
-#define NS_PENDING 2
-#endif
 #define MK ((MW + 15) / 16)    // 16-channel steps of the widest head
 #define QW (16 * MK)           // staged q row (floats; zeros past the head's width)
 #define MERGE_F (NW * 4 * QW + 2 * NW * 4)
-#define AREA_H (NW * NS * STAGE_H > 2 * MERGE_F ? NW * NS * STAGE_H : 2 * MERGE_F)  // halves, a multiple of 8
+#define AREA_H (NW * STAGE_H > 2 * MERGE_F ? NW * STAGE_H : 2 * MERGE_F)  // halves, a multiple of 8
 #define KVC_INLINE __attribute__((always_inline)) inline
 
-// 16 bytes from global to local memory without the registers (cp.async.cg). A tile's copies are one group
-// (kvc_cp_async_commit); kvc_cp_async_wait waits until at most NS - 1 of this lane's groups are pending, i.e.
-// for the oldest tile's (a warp sync then makes every lane's copies visible to the warp).
+// 16 bytes from global to local memory without the registers (cp.async.cg), waited for by
+// kvc_cp_async_wait (this lane's copies; a warp sync then makes every lane's visible to the warp).
 KVC_INLINE void kvc_cp_async16(local ushort * dst, global const ushort * src) {
     KVC_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"l"((ulong)dst), "l"((ulong)src) : "memory");
 }
-KVC_INLINE void kvc_cp_async_commit(void) {
-    KVC_ASM volatile("cp.async.commit_group;" ::: "memory");
-}
-#define KVC_STR_(x) #x
-#define KVC_STR(x) KVC_STR_(x)
 KVC_INLINE void kvc_cp_async_wait(void) {
-    KVC_ASM volatile("cp.async.wait_group " KVC_STR(NS_PENDING) ";" ::: "memory");
+    KVC_ASM volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// Where one head's rows (K' or V' of the task's KV head) are: the pages, one page's elements, the head's run
-// within a page, its width, its stage row stride (whole 16-channel steps plus 8 halves of padding), and
-// whether rows go in 16-byte chunks (the width, the offsets and the page stride multiples of 8 halves).
-typedef struct {
-    global const ushort * pages;
-    ulong page_elems, head_elems;
-    int w, sr, vec;
-} kvc_head_rows;
-
-// Rows [0, n) of head h of the tile starting at token tok0 into dst. A token's row is at page * page_elems +
-// head_elems + slot * w. With vec, lane l copies chunk l % cpr of rows l / cpr, l / cpr + 32 / cpr, ... (cpr =
-// chunks of the padded width, those past w written as zeros) by cp.async; else element by element.
-KVC_INLINE void kvc_stage_head(local ushort * dst, kvc_head_rows h, global const int * pidx, int tok0, int n, int lane) {
-    const int wp = h.sr - 8;
-    if (h.vec) {
+// Rows [0, n) of one head (width w, padded width wp = 16 steps, stride sr halves in the stage) of the
+// tile starting at token tok0 into dst. A token's row is at page * page_elems + head_elems + slot * w in
+// pages. vec: 16-byte chunks (w, the offsets and the page stride multiples of 8 halves); lane l copies
+// chunk l % cpr of rows l / cpr, l / cpr + 32 / cpr, ... (cpr = wp / 8 chunks, those past w are zeros).
+KVC_INLINE void kvc_stage_head(local ushort * dst, int sr, global const ushort * pages, ulong page_elems,
+                               ulong head_elems, int w, int wp, global const int * pidx, int tok0, int n, int lane,
+                               bool vec) {
+    if (vec) {
         const int cpr = wp / 8, step = 32 / cpr, col = lane % cpr;
         const int r0 = lane < step * cpr ? lane / cpr : n;
-        const bool zero = 8 * col >= h.w;
+        const bool zero = 8 * col >= w;
         for (int r = r0; r < n; r += step) {
-            local ushort * d = dst + r * h.sr + 8 * col;
+            local ushort * d = dst + r * sr + 8 * col;
             if (zero) {
                 *(local uint4 *)d = (uint4)(0u);
             } else {
                 const int tok = tok0 + r;
                 const ulong pg = (ulong)pidx[tok / PAGE_SIZE];
-                kvc_cp_async16(d, h.pages + pg * h.page_elems + h.head_elems + (ulong)(tok % PAGE_SIZE) * h.w + 8 * col);
+                kvc_cp_async16(d, pages + pg * page_elems + head_elems + (ulong)(tok % PAGE_SIZE) * w + 8 * col);
             }
         }
     } else {
         for (int e = lane; e < n * wp; e += 32) {
             const int r = e / wp, c = e % wp, tok = tok0 + r;
             const ulong pg = (ulong)pidx[tok / PAGE_SIZE];
-            dst[r * h.sr + c] = c < h.w ? h.pages[pg * h.page_elems + h.head_elems + (ulong)(tok % PAGE_SIZE) * h.w + c]
-                                        : (ushort)0;
+            dst[r * sr + c] = c < w ? pages[pg * page_elems + head_elems + (ulong)(tok % PAGE_SIZE) * w + c] : (ushort)0;
         }
     }
-}
-
-// The K' rows (then, tt rows further on, the V' rows) of the tile of n tokens at tok0 into stage.
-KVC_INLINE void kvc_stage_tile(local ushort * stage, int tt, kvc_head_rows k, kvc_head_rows v, global const int * pidx,
-                               int tok0, int n, int lane) {
-    kvc_stage_head(stage, k, pidx, tok0, n, lane);
-    kvc_stage_head(stage + tt * k.sr, v, pidx, tok0, n, lane);
 }
 
 // Scores of rows r0 .. r0 + 15 of the staged K' (nk steps, stride sk halves; rows >= hi read row hi - 1):
@@ -200,46 +168,31 @@ void kvc_adr_warps(global const float * q, ulong q_off, global const ushort * k_
         }
     }
 
-    // Stage geometry: rows of 16 n + 8 halves, tt rows of K' then tt rows of V'.
-    kvc_head_rows kr, vr;
-    kr.pages = k_pages, vr.pages = v_pages;
-    kr.page_elems = (ulong)PAGE_SIZE * k_total, vr.page_elems = (ulong)PAGE_SIZE * v_total;
-    kr.head_elems = (ulong)PAGE_SIZE * ko, vr.head_elems = (ulong)PAGE_SIZE * vo;
-    kr.w = kw, vr.w = vw;
-    kr.sr = 16 * nk + 8, vr.sr = 16 * nv + 8;
-    kr.vec = k_off % 8 == 0 && kw % 8 == 0 && ko % 8 == 0 && k_total % 8 == 0;
-    vr.vec = v_off % 8 == 0 && vw % 8 == 0 && vo % 8 == 0 && v_total % 8 == 0;
-    const int tt = max(16, STAGE_H / (kr.sr + vr.sr) / 16 * 16);
-    local ushort * my_stages = area + warp * NS * STAGE_H;
+    // Stage geometry: rows of 16 n + 8 halves, T rows of K' then T rows of V'.
+    const int sk = 16 * nk + 8, sv = 16 * nv + 8;
+    const int tt = max(16, STAGE_H / (sk + sv) / 16 * 16);
+    const bool k_vec = k_off % 8 == 0 && kw % 8 == 0 && ko % 8 == 0 && k_total % 8 == 0;
+    const bool v_vec = v_off % 8 == 0 && vw % 8 == 0 && vo % 8 == 0 && v_total % 8 == 0;
+    const ulong k_page = (ulong)PAGE_SIZE * k_total, v_page = (ulong)PAGE_SIZE * v_total;
+    const ulong k_head = (ulong)PAGE_SIZE * ko, v_head = (ulong)PAGE_SIZE * vo;
+    local ushort * ks = area + warp * STAGE_H;
+    local ushort * vs = ks + tt * sk;
 
     float o[4 * MK];
 #pragma unroll
     for (int i = 0; i < 4 * MK; ++i) o[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
 
-    // This warp's tiles: j = warp + k NW, k < n_mine, tile k in stage k % NS.
     const int n_tiles = end > first ? (end - first + tt - 1) / tt : 0;
-    const int n_mine = n_tiles > warp ? (n_tiles - warp + NW - 1) / NW : 0;
-#define KVC_TILE_TOK0(k) (first + (warp + (k) * NW) * tt)
-#define KVC_STAGE(k) (my_stages + ((k) % NS) * STAGE_H)
-    for (int k = 0; k < NS - 1; ++k) {  // the first NS - 1 tiles ahead
-        if (k < n_mine) kvc_stage_tile(KVC_STAGE(k), tt, kr, vr, pidx, KVC_TILE_TOK0(k), min(tt, end - KVC_TILE_TOK0(k)), lane);
-        kvc_cp_async_commit();
-    }
-    for (int k = 0; k < n_mine; ++k) {
-        kvc_warp_sync();  // every lane is done with the stage the next copy fills (tile k - 1's)
-        if (k + NS - 1 < n_mine) {
-            const int ka = k + NS - 1;
-            kvc_stage_tile(KVC_STAGE(ka), tt, kr, vr, pidx, KVC_TILE_TOK0(ka), min(tt, end - KVC_TILE_TOK0(ka)), lane);
-        }
-        kvc_cp_async_commit();  // a group per iteration, empty or not, so the count below is tile k's
+    for (int j = warp; j < n_tiles; j += NW) {
+        const int tok0 = first + j * tt, hi = min(tt, end - tok0);
+        kvc_warp_sync();  // every lane is done with the previous tile
+        kvc_stage_head(ks, sk, k_pages, k_page, k_head, kw, 16 * nk, pidx, tok0, hi, lane, k_vec);
+        kvc_stage_head(vs, sv, v_pages, v_page, v_head, vw, 16 * nv, pidx, tok0, hi, lane, v_vec);
         kvc_cp_async_wait();
-        kvc_warp_sync();  // tile k is in its stage for every lane
-        local const ushort * ks = KVC_STAGE(k);
-        local const ushort * vs = ks + tt * kr.sr;
-        const int hi = min(tt, end - KVC_TILE_TOK0(k));
+        kvc_warp_sync();  // the tile is in the stage for every lane
         for (int r0 = 0; r0 < hi; r0 += 16) {
-            const float2 s = kvc_tile_scores(ks, kr.sr, nk, r0, hi, bq0, bq1, g, t);
+            const float2 s = kvc_tile_scores(ks, sk, nk, r0, hi, bq0, bq1, g, t);
             float p0, p1;
             int moved;
             const float alpha = kvc_softmax_lazy(&m, &l, s.x, s.y, &p0, &p1, &moved);
@@ -247,11 +200,9 @@ void kvc_adr_warps(global const float * q, ulong q_off, global const ushort * k_
 #pragma unroll
                 for (int i = 0; i < 4 * MK; ++i) o[i] *= alpha;
             }
-            kvc_tile_values(o, vs, vr.sr, nv, r0, hi, p0, p1, g, t);
+            kvc_tile_values(o, vs, sv, nv, r0, hi, p0, p1, g, t);
         }
     }
-#undef KVC_STAGE
-#undef KVC_TILE_TOK0
     l = kvc_head_sum(l);
 
     // Merge the warps: outputs [NW][4][QW], maxima and sums [NW][4], in the stages' memory.

@@ -6,7 +6,6 @@
 // (each warp streams its own tiles, scores and values on the tensor cores) wherever its conditions hold
 // (warps_apply); elsewhere, and with KVCOMP_CL_RAGGED_WARPS=0, cl_kernels/attn_decode_ragged.cl.
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -114,12 +113,10 @@ void run_q4(cl_backend & be, const op_desc & op) {
     merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
 }
 
-// The warp kernel (kvc_adr_warps): warps per work-group and stages per warp (KVCOMP_CL_RAGGED_RING=NW,NS
-// overrides them, to compare), query heads per work-group at most (the mma's 8 columns are (hi, lo) of 4
-// heads), the widest head it takes (its accumulators are 16-channel m-tiles up to 8), and the smallest
-// stage (halves): narrower layouts get tiles of more than 16 rows.
+// The warp kernel (kvc_adr_warps): warps per work-group, query heads per work-group at most (the mma's 8
+// columns are (hi, lo) of 4 heads), the widest head it takes (its accumulators are 16-channel m-tiles up
+// to 8), and the smallest stage per warp (halves): narrower layouts get tiles of more than 16 rows.
 constexpr int kWarps = 4;
-constexpr int kWarpStages = 1;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kWarpMaxWidth = 128;
 constexpr int64_t kWarpMinStageHalves = 4096;
@@ -131,7 +128,6 @@ int64_t warp_stage_row_halves(int64_t w) {
 
 struct warps_config {
     const char * asm_kw = nullptr;  // nullptr: the work-group kernel runs
-    int nw = kWarps, ns = kWarpStages;
     int gb = 1;
     int64_t stage_halves = 0;  // STAGE_H: 16 rows of the widest K' and V' heads at least
     int64_t mw = 0;
@@ -140,15 +136,8 @@ struct warps_config {
 // Mirrors the local arrays of kvc_adr_warps: q of 4 heads, the warps' stages or the merge.
 size_t warps_local_bytes(const warps_config & c) {
     const size_t qw = size_t(16 * ((c.mw + 15) / 16));
-    const size_t merge = sizeof(float) * (size_t(c.nw) * 4 * qw + 2 * size_t(c.nw) * 4);
-    return sizeof(float) * 4 * qw + std::max(size_t(c.nw) * size_t(c.ns) * size_t(c.stage_halves) * 2, merge);
-}
-
-// KVCOMP_CL_RAGGED_RING=NW,NS: warps per work-group (1-8) and stages per warp (1-3), else the defaults.
-void ring_override(warps_config & c) {
-    const char * env = std::getenv("KVCOMP_CL_RAGGED_RING");
-    int nw = 0, ns = 0;
-    if (env && std::sscanf(env, "%d,%d", &nw, &ns) == 2 && nw >= 1 && nw <= 8 && ns >= 1 && ns <= 3) c.nw = nw, c.ns = ns;
+    const size_t merge = sizeof(float) * (kWarps * 4 * qw + 2 * kWarps * 4);
+    return sizeof(float) * 4 * qw + std::max(size_t(kWarps) * size_t(c.stage_halves) * 2, merge);
 }
 
 // The warp kernel takes fp16 pages of heads up to kWarpMaxWidth wide on NVIDIA's driver with inline PTX
@@ -158,7 +147,6 @@ warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
     if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
     if (p.kv.bits != 16 || p.kv.max_width < 1 || p.kv.max_width > kWarpMaxWidth) return {};
     warps_config c;
-    ring_override(c);
     c.mw = p.kv.max_width;
     c.stage_halves = std::max(16 * 2 * warp_stage_row_halves(c.mw), kWarpMinStageHalves);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
@@ -167,7 +155,7 @@ warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
             c.gb = d;
             break;
         }
-    if (warps_local_bytes(c) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * c.nw))
+    if (warps_local_bytes(c) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
         return {};
     c.asm_kw = be.tensor_core_asm();
     return c;
@@ -182,15 +170,14 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("GB", c.gb)
         .add("MW", c.mw)
         .add("PAGE_SIZE", p.kv.page_size)
-        .add("NW", c.nw)
-        .add("NS", c.ns)
+        .add("NW", kWarps)
         .add("STAGE_H", c.stage_halves)
         .add("KVC_ASM", c.asm_kw);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_ragged_mma.cl", defs, "kvc_adr_warps");
-        const size_t local_size = 32 * size_t(c.nw);
+        const size_t local_size = 32 * kWarps;
         if (be.kernel_wg_limit(k) < local_size)
             KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adr_warps with at most ",
                          be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
