@@ -26,6 +26,8 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_ragged_warps_h200.csv      a25f955 with KVCOMP_CL_RAGGED_WARPS=0 (the work-group ragged decode)
                                            against the default (kvc_adr_warps, the per-warp tensor-core kernel;
                                            kept), f16 ragged rows, two passes, visit 122
+  bench_ops_ocl_ragged_ring_h200.csv       df5a8de with KVCOMP_CL_RAGGED_RING=4,1 (the default) and 2,2 (2 warps of 2
+                                           stages; reverted), balanced rows at batch 16, one pass, visit 127
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
   bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
@@ -120,6 +122,17 @@ _TABLES = [
      "(\"Decode attention on uneven ranks\" at `90236fd+cold`). At batch 1 the fractions stay 0.05-0.38: two "
      "launches and a few dependent round trips per block, as on CUDA (\"Batch 1 on CUDA\" in "
      "`docs/kernel_notes.md`).",
+     ),
+    ("bench_ops_ocl_ragged_ring_h200.csv",
+     "### Experiment, reverted: the per-warp ragged decode with two stages per warp (H200, NVIDIA's driver)",
+     "`bench_ops --cold --sweeps lowrank --worker-scales auto,4` on {device} ({backend}, {date}), one pass each "
+     "(`docs/data/{file}`; visit 127, the device time left): `df5a8de`, whose `kvc_adr_warps` took its warps per "
+     "work-group and stages per warp from `KVCOMP_CL_RAGGED_RING=NW,NS`, the copies of a warp's next NS - 1 tiles "
+     "in flight while it computes one (`cp.async` groups per tile). `4,1` is the kernel above; `2,2` fits the same "
+     "local memory (two stages of 8.5 KiB per warp at heads up to 128 wide). Profiles `x4_*`: the schedule cut for "
+     "4 × the compute units instead of the engine's 8 ×. The op tests of attn_decode_ragged passed with `2,2` "
+     "(34/34). The last column is `4,1`'s time over `2,2`'s (below 1: `4,1` faster): `2,2` took 1.08-1.26× the time of `4,1`, and the schedule at 4 × was slower than at 8 × at three of "
+     "the four points. Reverted; the diff is `docs/data/ocl_ragged_ring.patch`.",
      ),
     ("bench_ops_ocl_quant_warps_h100.csv",
      "### The OpenCL quantized decode with per-warp streams on the tensor cores (H100, NVIDIA's driver, "
