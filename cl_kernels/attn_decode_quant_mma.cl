@@ -479,9 +479,9 @@ kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
     local float * sm_m = sm_o + NW * 4 * QB_HD;
     local float * sm_l = sm_m + NW * 4;
 #pragma unroll
-    for (int m = 0; m < HD16; ++m) {
-        sm_o[(warp * 4 + t) * QB_HD + 16 * m + 2 * g] = st.o[4 * m] + st.o[4 * m + 1];
-        sm_o[(warp * 4 + t) * QB_HD + 16 * m + 2 * g + 1] = st.o[4 * m + 2] + st.o[4 * m + 3];
+    for (int mt = 0; mt < HD16; ++mt) {
+        sm_o[(warp * 4 + t) * QB_HD + 16 * mt + 2 * g] = st.o[4 * mt] + st.o[4 * mt + 1];
+        sm_o[(warp * 4 + t) * QB_HD + 16 * mt + 2 * g + 1] = st.o[4 * mt + 2] + st.o[4 * mt + 3];
     }
     if (g == 0) {
         sm_m[warp * 4 + t] = st.m;
@@ -490,17 +490,8 @@ kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = tid; i < GB * QB_HD + GB; i += 32 * NW) {
         const int h = i < GB * QB_HD ? i / QB_HD : i - GB * QB_HD, d = i % QB_HD;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) mx = fmax(mx, sm_m[w * 4 + h]);
-        float l = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float mw = sm_m[w * 4 + h];
-            const float f = mw == -INFINITY ? 0.0f : native_exp2(mw - mx);
-            l += f * sm_l[w * 4 + h];
-            if (i < GB * QB_HD) o += f * sm_o[(w * 4 + h) * QB_HD + d];
-        }
+        float mx, l;
+        const float o = kvc_merge_warps(sm_o, sm_m, sm_l, NW, QB_HD, h, d, i < GB * QB_HD, &mx, &l);
         const ulong hr = head_row + h;
         if (i < GB * QB_HD) {
             if (n_splits == 1)

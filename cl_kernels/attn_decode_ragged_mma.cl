@@ -224,17 +224,8 @@ void kvc_adr_warps(global const float * q, ulong q_off, global const ushort * k_
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;
     for (int i = tid; i < GB * vw + GB; i += 32 * NW) {
         const int h = i < GB * vw ? i / vw : i - GB * vw, d = i % vw;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) mx = fmax(mx, sm_m[w * 4 + h]);
-        float lt = 0.0f, ot = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float mw = sm_m[w * 4 + h];
-            const float f = mw == -INFINITY ? 0.0f : native_exp2(mw - mx);
-            lt += f * sm_l[w * 4 + h];
-            if (i < GB * vw) ot += f * sm_o[(w * 4 + h) * QW + d];
-        }
+        float mx, lt;
+        const float ot = kvc_merge_warps(sm_o, sm_m, sm_l, NW, QW, h, d, i < GB * vw, &mx, &lt);
         if (i < GB * vw) {
             if (T.n_in_list == 1)
                 out_h0[h * vw + d] = lt > 0.0f ? ot / lt : 0.0f;

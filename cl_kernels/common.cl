@@ -19,7 +19,8 @@
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
 //     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
 //     kvc_warp_sync(), the per-warp decodes' softmax and P' operand (kvc_head_sum(), kvc_softmax_lazy(),
-//     kvc_transpose_p(), kvc_p_frag()), and the code operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
+//     kvc_transpose_p(), kvc_p_frag()) and their end (kvc_merge_warps()), and the code operands
+//     kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
 //     The probe kernel runs the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
 // Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
@@ -334,6 +335,29 @@ inline void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0
     }
     *b0 = kvc_pack_half2(x0, x1);
     *b1 = kvc_pack_half2(x2, x3);
+}
+
+// The end of a per-warp decode work-group, once each warp has stored its state (warp w's running max and sum of
+// head h at sm_m / sm_l[w * 4 + h], its unnormalized output channel d at sm_o[(w * 4 + h) * stride + d]):
+// kvc_merge_warps combines head h's channel d over the nw warps (with_o == 0: the max and sum alone) and returns
+// the combined unnormalized output, *mx the combined max (log2 units) and *l the sum.
+inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m,
+                                                            local const float * sm_l, int nw, int stride, int h, int d,
+                                                            int with_o, float * mx, float * l) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < nw; ++w) m = fmax(m, sm_m[w * 4 + h]);
+    float lt = 0.0f, ot = 0.0f;
+#pragma unroll
+    for (int w = 0; w < nw; ++w) {
+        const float mw = sm_m[w * 4 + h];
+        const float f = mw == -INFINITY ? 0.0f : native_exp2(mw - m);
+        lt += f * sm_l[w * 4 + h];
+        if (with_o) ot += f * sm_o[(w * 4 + h) * stride + d];
+    }
+    *mx = m;
+    *l = lt;
+    return ot;
 }
 
 // The quantized decodes' codes as mma operands (attn_decode_quant.cl, attn_decode_quant_mma.cl; the

@@ -11,12 +11,12 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
 #include "core/registry.h"
 #include "opencl/backend_opencl.h"
+#include "support/opencl_devices.h"
 
 namespace {
 
@@ -35,29 +35,24 @@ kvcomp::qblock_layout kivi2_default() {  // 32 tokens at 2 bits, values in group
 }
 
 TEST(OpenCLQuantDecodeKernel, nvidia_takes_the_per_warp_kernel) {
-    for (const char * v : {"KVCOMP_CL_QUANT_WARPS", "KVCOMP_CL_BULK_COPY", "KVCOMP_CL_TENSOR_CORES"})
-        if (std::getenv(v)) GTEST_SKIP() << v << " is set";
-    int tried = 0;
-    for (const auto & d : kvcomp::list_devices()) {
-        if (d.info.api != "OpenCL") continue;
-        ++tried;
-        auto be = d.create();
-        const std::string zip = kvcomp::cl::attn_decode_quant_kernel(*be, zipcache_default());
-        const std::string kivi = kvcomp::cl::attn_decode_quant_kernel(*be, kivi2_default());
-        const std::string where = d.info.name + " (" + d.info.device_name + ")";
-        if (!kvcomp::cl::inline_ptx_mma(*be).ok) {
+    if (const char * v =
+            kvcomp::test::first_set({"KVCOMP_CL_QUANT_WARPS", "KVCOMP_CL_BULK_COPY", "KVCOMP_CL_TENSOR_CORES"}))
+        GTEST_SKIP() << v << " is set";
+    const int tried = kvcomp::test::for_each_opencl_device([](kvcomp::backend & be, const std::string & where) {
+        const std::string zip = kvcomp::cl::attn_decode_quant_kernel(be, zipcache_default());
+        const std::string kivi = kvcomp::cl::attn_decode_quant_kernel(be, kivi2_default());
+        if (!kvcomp::cl::inline_ptx_mma(be).ok) {
             EXPECT_EQ(zip, "kvc_adq_split") << where;
             EXPECT_EQ(kivi, "kvc_adq_split") << where;
-            continue;
+            return;
         }
-        const bool hopper = d.info.device_name.find("H100") != std::string::npos ||
-                            d.info.device_name.find("H200") != std::string::npos;
+        const bool hopper = where.find("H100") != std::string::npos || where.find("H200") != std::string::npos;
         if (hopper)
             EXPECT_EQ(zip, "kvc_adq_warps (bulk copies)") << where;
         else
             EXPECT_EQ(zip.rfind("kvc_adq_warps", 0), 0u) << where << ": " << zip;
         EXPECT_EQ(kivi, "kvc_adq_warps") << where;
-    }
+    });
     if (tried == 0) GTEST_SKIP() << "no OpenCL device listed";
 }
 

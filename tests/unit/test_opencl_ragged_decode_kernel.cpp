@@ -9,12 +9,12 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
 #include "core/registry.h"
 #include "opencl/backend_opencl.h"
+#include "support/opencl_devices.h"
 
 namespace {
 
@@ -29,23 +29,17 @@ kvcomp::attn_decode_ragged_params ragged_params(int64_t max_width, int32_t bits)
 }
 
 TEST(OpenCLRaggedDecodeKernel, nvidia_takes_the_per_warp_kernel) {
-    for (const char * v : {"KVCOMP_CL_RAGGED_WARPS", "KVCOMP_CL_TENSOR_CORES"})
-        if (std::getenv(v)) GTEST_SKIP() << v << " is set";
-    int tried = 0;
-    for (const auto & d : kvcomp::list_devices()) {
-        if (d.info.api != "OpenCL") continue;
-        ++tried;
-        auto be = d.create();
-        const std::string where = d.info.name + " (" + d.info.device_name + ")";
-        const bool mma = kvcomp::cl::inline_ptx_mma(*be).ok;
+    if (const char * v = kvcomp::test::first_set({"KVCOMP_CL_RAGGED_WARPS", "KVCOMP_CL_TENSOR_CORES"}))
+        GTEST_SKIP() << v << " is set";
+    const int tried = kvcomp::test::for_each_opencl_device([](kvcomp::backend & be, const std::string & where) {
+        const bool mma = kvcomp::cl::inline_ptx_mma(be).ok;
         for (int64_t w : {int64_t(64), int64_t(128)})
-            EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(*be, ragged_params(w, 16)),
+            EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(w, 16)),
                       mma ? "kvc_adr_warps" : "kvc_attn_decode_ragged")
                 << where << ", max_width " << w;
-        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(*be, ragged_params(256, 16)), "kvc_attn_decode_ragged") << where;
-        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(*be, ragged_params(128, 4)), "kvc_attn_decode_ragged_q4")
-            << where;
-    }
+        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(256, 16)), "kvc_attn_decode_ragged") << where;
+        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(128, 4)), "kvc_attn_decode_ragged_q4") << where;
+    });
     if (tried == 0) GTEST_SKIP() << "no OpenCL device listed";
 }
 

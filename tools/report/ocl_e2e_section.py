@@ -75,9 +75,14 @@ def _ratios(pts, top, den, metric):
     return out
 
 
+def _judged(pts, top, den, metric, ok):
+    """[(label, ratio, met)] of top over den at every point (_ratios), met = ok(ratio) (None: not judged)."""
+    return [(f"{b} × {c}", r, ok(r)) for b, c, r in _ratios(pts, top, den, metric)]
+
+
 def _saliency(pts, top=("zipcache", "")):
     """[(label, ratio, met)] of top's TTFT over zipcache ratio=0's (what saliency estimation adds; target 1.10)."""
-    return [(f"{b} × {c}", r, r <= 1.10) for b, c, r in _ratios(pts, top, ("zipcache", "ratio=0"), "ttft_ms")]
+    return _judged(pts, top, ("zipcache", "ratio=0"), "ttft_ms", lambda r: r <= 1.10)
 
 
 def _summary(title, target, parts):
@@ -197,9 +202,9 @@ def ocl_projection_section(data_dir):
            "zipcache ratio=0 and fdc there). \"/ none\": over none's row of the same batch and prompt in this file.",
            ""]
     out += _table(pts)
-    proj = [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms")]
+    proj = _judged(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms", lambda r: r <= 1.05)
     out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05", proj)
-    tbt = [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "tbt_ms")]
+    tbt = _judged(pts, ("fdc", "p=0.5"), ("none", ""), "tbt_ms", lambda r: None)
     out += _summary("FDC TBT over none's", "visit 109: 1.20-1.25 at batch 1, 1.10 at 16 × 4K", tbt)
     for label, top in (("tensor cores", ("zipcache", "")), ("CUDA cores (probe_mma=0)", ("zipcache", "probe_mma_off"))):
         out += _summary(f"ZipCache TTFT over zipcache ratio=0 with the column sums on the {label}",
@@ -232,7 +237,7 @@ def ocl_quant_warps_section(data_dir):
     pts, out = opened
     out += _table(pts)
     for m in ("kivi", "zipcache"):
-        parts = [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, (m, "workgroup"), (m, ""), "tbt_ms")]
+        parts = _judged(pts, (m, "workgroup"), (m, ""), "tbt_ms", lambda r: None)
         out += _summary(f"{m} TBT with the work-group kernel over its TBT with the per-warp kernel", "same binary",
                         parts)
     big = read_dicts(os.path.join(data_dir, WARPS_16X32K_SOURCE))
@@ -277,10 +282,10 @@ def ocl_bulk_16x32k_section(data_dir):
         if now and then:
             out.append(f"{m}{' ' + o if o else ''} TBT over none's: {now[0]:.3f} (visit {visit}: {then[0]:.3f}).")
     out.append("")
-    fdc = [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms")]
-    out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05", fdc)
+    out += _summary("FDC TTFT over none's, the online projection's overhead", "target ≤ 1.05",
+                    _judged(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms", lambda r: r <= 1.05))
     out += _summary("ZipCache TTFT over none's of the same visit", "saliency and quantization at the prefill",
-                    [(f"{b} × {c}", r, None) for b, c, r in _ratios(pts, ("zipcache", ""), ("none", ""), "ttft_ms")])
+                    _judged(pts, ("zipcache", ""), ("none", ""), "ttft_ms", lambda r: None))
     return out
 
 
@@ -320,9 +325,7 @@ def ocl_ragged_warps_section(data_dir):
         pts, head = opened
         out += head + _table(pts)
         out += _summary("Palu TBT over FDC TBT", "target ≥ 1.5 at 32K",
-                        [(f"{b} × {c}", r, r >= 1.5) for b, c, r in _ratios(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"),
-                                                                              "tbt_ms")])
+                        _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
         out += _summary("FDC TTFT over none's", "target ≤ 1.05",
-                        [(f"{b} × {c}", r, r <= 1.05) for b, c, r in _ratios(pts, ("fdc", "p=0.5"), ("none", ""),
-                                                                              "ttft_ms")])
+                        _judged(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms", lambda r: r <= 1.05))
     return out
