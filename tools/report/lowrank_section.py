@@ -1,5 +1,6 @@
 """The low-rank KV methods' part of docs/RESULTS.md (ZACK, FDC, Palu; issue 5), from
   eval_lowrank_methods.csv    kvcomp sweep over compression p (tools/report/measure_lowrank_methods.sh)
+  spectrum_default_model.csv  the default model's KV spectra per head (spectrum_section.py)
   bench_ops_lowrank_h100.csv  bench_ops: low-rank decode / prefill kernels next to fp16 (same run)
   bench_ops_methods.csv        a later run of every KV method's decode kernel (incl. kv_bits=4 pages)
   bench_ops_lowrank_q4_h100.csv  the 4-bit page decode after its multi-head kernel (16 x 32K)
@@ -51,6 +52,7 @@ from results_data import commits_in_order, provenance, read_dicts
 from ocl_palu_section import ocl_palu_section
 from palu_section import palu_section
 from schedule_section import mean_cell, schedule_section
+from spectrum_section import spectrum_section
 
 SOURCES = ("eval_lowrank_methods.csv", "eval_lowrank_methods_512_h200.csv", "bench_lowrank.csv", "ratesearch_default_model.csv",
            "eval_lowrank_q4.csv", "bench_lowrank_h200.csv", "bench_e2e_palu_mma_h200.csv",
@@ -752,7 +754,8 @@ def lowrank_section(data_dir, results):
            + _e2e(b16_ocl, lambda prov: _e2e_batch16_ocl_intro(prov, b16_ocl))
            + _e2e(ocl_blocked, _e2e_ocl_blocked_intro) + _e2e(ocl_final, _e2e_ocl_final_intro)
            + _e2e(ocl_b16, lambda prov: _e2e_ocl_batch16_intro(prov, ocl_b16)))
-    body = (_accuracy(ev) + _accuracy(ev512, _accuracy_512_intro(ev512)) + _ratesearch(rs) + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
+    body = (_accuracy(ev) + _accuracy(ev512, _accuracy_512_intro(ev512)) + spectrum_section(data_dir) + _ratesearch(rs)
+            + _q4_accuracy(q4) + _q4_accuracy_cuda(q4_cuda)
             + _lowrank_quant_accuracy(lq) + kernels + e2e + _e2e_combination(combo, combo_ranks, combo_ranks_tc) + _e2e_before_after(e2e_kernels))
     if not body:
         return []
