@@ -478,15 +478,7 @@ kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
     local float * sm_o = (local float *)area;
     local float * sm_m = sm_o + NW * 4 * QB_HD;
     local float * sm_l = sm_m + NW * 4;
-#pragma unroll
-    for (int mt = 0; mt < HD16; ++mt) {
-        sm_o[(warp * 4 + t) * QB_HD + 16 * mt + 2 * g] = st.o[4 * mt] + st.o[4 * mt + 1];
-        sm_o[(warp * 4 + t) * QB_HD + 16 * mt + 2 * g + 1] = st.o[4 * mt + 2] + st.o[4 * mt + 3];
-    }
-    if (g == 0) {
-        sm_m[warp * 4 + t] = st.m;
-        sm_l[warp * 4 + t] = st.l;
-    }
+    KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, st.o, HD16, QB_HD, warp, g, t, st.m, st.l);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = tid; i < GB * QB_HD + GB; i += 32 * NW) {
         const int h = i < GB * QB_HD ? i / QB_HD : i - GB * QB_HD, d = i % QB_HD;

@@ -6,7 +6,7 @@
 //
 // Kernel kvc_adr_warps: one work-group of NW warps per (row of the host's task list, sub-group of GB <= 4
 //   query heads) (lib/core/op.h "Decode task list"); NDRange local (32 NW, 1), global (32 NW n_tasks,
-//   G / GB). The task is (request b, KV head c, tokens [first, end)); its tokens are cut into tiles of T
+//   G / GB). The task is (request b, KV head c, tokens [first, end)); its tokens are cut into tiles of tt
 //   rows (a multiple of 16 that fits the warp's stage: narrower heads get longer tiles) and warp w takes
 //   tiles w, w + NW, ... Per tile the warp's lanes copy the tile's K' and V' rows into the warp's stage
 //   (16-byte cp.async chunks where the head's rows are 8-half aligned, else element by element), wait
@@ -44,7 +44,7 @@ KVC_INLINE void kvc_cp_async_wait(void) {
     KVC_ASM volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// Rows [0, n) of one head (width w, padded width wp = 16 steps, stride sr halves in the stage) of the
+// Rows [0, n) of one head (width w, padded to wp = whole 16-channel steps, stride sr halves in the stage) of the
 // tile starting at token tok0 into dst. A token's row is at page * page_elems + head_elems + slot * w in
 // pages. vec: 16-byte chunks (w, the offsets and the page stride multiples of 8 halves); lane l copies
 // chunk l % cpr of rows l / cpr, l / cpr + 32 / cpr, ... (cpr = wp / 8 chunks, those past w are zeros).
@@ -210,15 +210,7 @@ void kvc_adr_warps(global const float * q, ulong q_off, global const ushort * k_
     local float * sm_o = (local float *)area;
     local float * sm_m = sm_o + NW * 4 * QW;
     local float * sm_l = sm_m + NW * 4;
-#pragma unroll
-    for (int mt = 0; mt < MK; ++mt) {
-        sm_o[(warp * 4 + t) * QW + 16 * mt + 2 * g] = o[4 * mt] + o[4 * mt + 1];
-        sm_o[(warp * 4 + t) * QW + 16 * mt + 2 * g + 1] = o[4 * mt + 2] + o[4 * mt + 3];
-    }
-    if (g == 0) {
-        sm_m[warp * 4 + t] = m;
-        sm_l[warp * 4 + t] = l;
-    }
+    KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, o, MK, QW, warp, g, t, m, l);
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong prow0 = (ulong)task * G + g0;
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;

@@ -19,8 +19,8 @@
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
 //     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
 //     kvc_warp_sync(), the per-warp decodes' softmax and P' operand (kvc_head_sum(), kvc_softmax_lazy(),
-//     kvc_transpose_p(), kvc_p_frag()) and their end (kvc_merge_warps()), and the code operands
-//     kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
+//     kvc_transpose_p(), kvc_p_frag()) and their end (KVC_STORE_WARP_STATE, kvc_merge_warps()), and the code
+//     operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
 //     The probe kernel runs the same KVC_MMA_16816 that the kernels use.
 // Layout: all buffers are flat arrays; kernels receive (pointer, element offset) pairs.
 // Preamble defines used here: KVC_ASM (the inline-assembly keyword, `__asm__` or `asm`), optional.
@@ -337,13 +337,27 @@ inline void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0
     *b1 = kvc_pack_half2(x2, x3);
 }
 
-// The end of a per-warp decode work-group, once each warp has stored its state (warp w's running max and sum of
-// head h at sm_m / sm_l[w * 4 + h], its unnormalized output channel d at sm_o[(w * 4 + h) * stride + d]):
-// kvc_merge_warps combines head h's channel d over the nw warps (with_o == 0: the max and sum alone) and returns
-// the combined unnormalized output, *mx the combined max (log2 units) and *l the sum.
-inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m,
-                                                            local const float * sm_l, int nw, int stride, int h, int d,
-                                                            int with_o, float * mx, float * l) {
+// The end of a per-warp decode work-group. KVC_STORE_WARP_STATE: lane (g, t)'s output accumulators o[4m ..
+// 4m + 3] (m-tile m < n_mt: channel 16m + 2g from the hi and lo columns, then channel 16m + 2g + 1) of head t go
+// to sm_o[(warp * 4 + t) * stride + channel], and (lanes g == 0) the head's running max and sum to
+// sm_m / sm_l[warp * 4 + t]. (A macro: as a function taking the accumulator array, clang kept the quantized
+// kernel's whole state in private memory.) kvc_merge_warps, after a barrier: head h's channel d over the nw
+// warps (with_o == 0: the max and sum alone); returns the combined unnormalized output, *mx the combined max
+// (log2 units) and *l the sum.
+#define KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, o, n_mt, stride, warp, g, t, m, l)                       \
+    do {                                                                                              \
+        _Pragma("unroll") for (int mt_ = 0; mt_ < (n_mt); ++mt_) {                                   \
+            (sm_o)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g)] = (o)[4 * mt_] + (o)[4 * mt_ + 1]; \
+            (sm_o)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g) + 1] =                            \
+                (o)[4 * mt_ + 2] + (o)[4 * mt_ + 3];                                                  \
+        }                                                                                             \
+        if ((g) == 0) {                                                                               \
+            (sm_m)[(warp) * 4 + (t)] = (m);                                                           \
+            (sm_l)[(warp) * 4 + (t)] = (l);                                                           \
+        }                                                                                             \
+    } while (0)
+inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m, local const float * sm_l, int nw,
+                             int stride, int h, int d, int with_o, float * mx, float * l) {
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < nw; ++w) m = fmax(m, sm_m[w * 4 + h]);

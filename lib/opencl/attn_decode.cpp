@@ -29,13 +29,8 @@ struct decode_config {
 
 decode_config choose_config(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_params>();
-    const int64_t group = p.n_q_heads / p.kv.n_kv_heads;
     decode_config c;
-    for (int g = kMaxHeadsPerGroup; g >= 1; --g)
-        if (group % g == 0) {
-            c.gb = g;
-            break;
-        }
+    c.gb = heads_per_work_group(p.n_q_heads / p.kv.n_kv_heads, kMaxHeadsPerGroup);
     // 8-wide loads halve the load instructions; with many heads per group the 8-wide accumulators
     // (gb * 8 registers) would crowd out the loads in flight, so fall back to 4.
     c.vec = (p.kv.head_dim % 8 == 0 && c.gb <= 4) ? 8 : 4;

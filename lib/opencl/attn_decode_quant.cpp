@@ -50,10 +50,7 @@ constexpr int64_t kMinBlocksPerWarp = 2;
 constexpr int64_t kBulkMinBytes = 4096;
 
 int heads_per_group(const attn_decode_quant_params & p, int most) {
-    const int64_t group = p.n_q_heads / p.q.n_kv_heads;
-    for (int g = most; g > 1; --g)
-        if (group % g == 0) return g;
-    return 1;
+    return heads_per_work_group(p.n_q_heads / p.q.n_kv_heads, most);
 }
 
 // Mirrors the local arrays of kvc_adq_split.

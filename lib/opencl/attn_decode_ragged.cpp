@@ -40,14 +40,13 @@ size_t local_bytes_needed(const ragged_config & c) {
            sizeof(cl_ushort) * (nt + 1) * (mwv + 8 / vec) * vec + sizeof(cl_ulong) * 4 * nt;
 }
 
+int heads_per_group(const attn_decode_ragged_params & p, int most) {
+    return heads_per_work_group(p.n_q_heads / p.kv.n_kv_heads, most);
+}
+
 ragged_config choose_config(const cl_backend & be, const attn_decode_ragged_params & p) {
     ragged_config c;
-    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
-    for (int d = kMaxHeadsPerGroup; d >= 1; --d)
-        if (g % d == 0) {
-            c.gb = d;
-            break;
-        }
+    c.gb = heads_per_group(p, kMaxHeadsPerGroup);
     // As attn_decode: 8-wide chunks halve the load instructions, but with many heads per
     // work-group the gb * 8 accumulators crowd out the loads in flight.
     c.vec = c.gb <= 4 ? 8 : 4;
@@ -149,12 +148,7 @@ warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
     warps_config c;
     c.mw = p.kv.max_width;
     c.stage_halves = std::max(16 * 2 * warp_stage_row_halves(c.mw), kWarpMinStageHalves);
-    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
-    for (int d = kWarpHeads; d >= 1; --d)
-        if (g % d == 0) {
-            c.gb = d;
-            break;
-        }
+    c.gb = heads_per_group(p, kWarpHeads);
     if (warps_local_bytes(c) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
         return {};
     c.asm_kw = be.tensor_core_asm();

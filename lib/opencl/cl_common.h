@@ -255,6 +255,14 @@ inline view_arg arg(const tensor & t) {
     return {mem_of(t), elem_off(t)};
 }
 
+// Query heads per work-group for a GQA group of `group` heads: its largest divisor that is at most `most`
+// (the decodes read each KV byte once per work-group, for all of its heads).
+inline int heads_per_work_group(int64_t group, int most) {
+    for (int d = most; d > 1; --d)
+        if (group % d == 0) return d;
+    return 1;
+}
+
 // Narrowing for kernel `int` arguments; op sizes beyond 2^31 are rejected in supports().
 inline cl_int to_int(int64_t v) {
     return static_cast<cl_int>(v);

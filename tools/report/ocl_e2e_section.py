@@ -319,7 +319,8 @@ def ocl_ragged_warps_section(data_dir):
                       "32K, 16 generated tokens, one run each, none in the same visit: fdc at p = 0.5 (visit 123's "
                       "calibration), palu at p = 0.5 (SVD of W_K / W_V, made on cuda:0 in this visit). FDC's decode "
                       "runs `kvc_adr_warps`; Palu's OpenCL decode is still the CUDA-core kernel of \"The final "
-                      "OpenCL Palu decode\" (12× CUDA's tensor-core kernel's time at 16 × 32K p50), so the ratio "
+                      "OpenCL Palu decode\" (12× the time of CUDA's tensor-core Palu at 16 × 32K p50, both measured on an "
+                      "H200 in earlier visits), so the ratio "
                       "below measures that kernel against FDC's more than the method.")
     if opened:
         pts, head = opened

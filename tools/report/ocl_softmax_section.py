@@ -118,8 +118,8 @@ _TABLES = [
      "opencl:1) passed (`docs/data/ocl_ragged_warps_checks_h200.log`). The f16 ragged rows take 0.54-0.81 of the "
      "old kernel's time (1.24-1.85× faster); at 16 × 128K the balanced schedule reads the compressed bytes at 0.84 "
      "(p50) and 0.82 (p70) of the copy bandwidth, against 0.50 and 0.45 before (issue 5's target, time ≤ 1.2 × "
-     "bytes / copy bandwidth, is a fraction ≥ 0.83). CUDA's tensor-core kernel on the same card: 0.92 and 0.84 "
-     "(\"Decode attention on uneven ranks\" at `90236fd+cold`). At batch 1 the fractions stay 0.05-0.38: two "
+     "bytes / copy bandwidth, is a fraction ≥ 0.83). CUDA's tensor-core kernel on an H200 in an earlier visit: 0.92 "
+     "and 0.84 (\"Decode attention on uneven ranks\" at `90236fd+cold`). At batch 1 the fractions stay 0.05-0.38: two "
      "launches and a few dependent round trips per block, as on CUDA (\"Batch 1 on CUDA\" in "
      "`docs/kernel_notes.md`).",
      ),
