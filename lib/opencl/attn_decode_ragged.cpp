@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/ragged_q4.h"
 #include "opencl/backend_opencl.h"
 #include "opencl/cl_common.h"
 
@@ -112,42 +113,47 @@ void run_q4(cl_backend & be, const op_desc & op) {
     merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
 }
 
-// The warp kernel (kvc_adr_warps): warps per work-group, query heads per work-group at most (the mma's 8
-// columns are (hi, lo) of 4 heads), the widest head it takes (its accumulators are 16-channel m-tiles up
-// to 8), and the smallest stage per warp (halves): narrower layouts get tiles of more than 16 rows.
+// The warp kernels (kvc_adr_warps for f16 pages, kvc_adr_q4_warps for 4-bit pages): warps per work-group,
+// query heads per work-group at most (the mma's 8 columns are (hi, lo) of 4 heads), the widest head they take
+// (accumulators of 16-channel m-tiles up to 8), and the smallest stage per warp (bytes): narrower layouts get
+// tiles of more than 16 rows.
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kWarpMaxWidth = 128;
-constexpr int64_t kWarpMinStageHalves = 4096;
+constexpr int64_t kWarpMinStageBytes = 8192;
 
-// Halves of a stage row of a width-w head: whole 16-channel steps plus 8 (kvc_adr_warps' padding).
-int64_t warp_stage_row_halves(int64_t w) {
-    return 16 * ((w + 15) / 16) + 8;
+// Bytes of a stage row of a width-w head: f16 rows in whole 16-channel steps plus 8 halves (kvc_adr_warps'
+// padding); 4-bit rows as they are (core/ragged_q4.h).
+int64_t warp_stage_row_bytes(int32_t bits, int64_t w) {
+    return bits == 4 ? ragged_q4_row_bytes(w) : 2 * (16 * ((w + 15) / 16) + 8);
 }
 
 struct warps_config {
     const char * asm_kw = nullptr;  // nullptr: the work-group kernel runs
     int gb = 1;
-    int64_t stage_halves = 0;  // STAGE_H: 16 rows of the widest K' and V' heads at least
+    int64_t stage_bytes = 0;  // 16 rows of the widest K and V heads at least (4-bit rows: and 16 bytes of slack)
     int64_t mw = 0;
+    int64_t q_width = 0;  // the kernel's staged q row: 16-channel steps (f16), 32-channel groups (4-bit)
 };
 
-// Mirrors the local arrays of kvc_adr_warps: q of 4 heads, the warps' stages or the merge.
+// Mirrors the local arrays of both warp kernels: q of 4 heads, the warps' stages or the merge.
 size_t warps_local_bytes(const warps_config & c) {
-    const size_t qw = size_t(16 * ((c.mw + 15) / 16));
+    const size_t qw = size_t(c.q_width);
     const size_t merge = sizeof(float) * (kWarps * 4 * qw + 2 * kWarps * 4);
-    return sizeof(float) * 4 * qw + std::max(size_t(kWarps) * size_t(c.stage_halves) * 2, merge);
+    return sizeof(float) * 4 * qw + std::max(size_t(kWarps) * size_t(c.stage_bytes), merge);
 }
 
-// The warp kernel takes fp16 pages of heads up to kWarpMaxWidth wide on NVIDIA's driver with inline PTX
-// mma (not opted out with KVCOMP_CL_RAGGED_WARPS=0), when its stages fit local memory.
+// A warp kernel takes pages of heads up to kWarpMaxWidth wide on NVIDIA's driver with inline PTX mma (not
+// opted out with KVCOMP_CL_RAGGED_WARPS=0), when its stages fit local memory.
 warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
     const char * opt_out = std::getenv("KVCOMP_CL_RAGGED_WARPS");
     if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
-    if (p.kv.bits != 16 || p.kv.max_width < 1 || p.kv.max_width > kWarpMaxWidth) return {};
+    if (p.kv.max_width < 1 || p.kv.max_width > kWarpMaxWidth) return {};
     warps_config c;
     c.mw = p.kv.max_width;
-    c.stage_halves = std::max(16 * 2 * warp_stage_row_halves(c.mw), kWarpMinStageHalves);
+    const bool q4 = p.kv.bits == 4;
+    c.q_width = q4 ? 32 * ((c.mw + 31) / 32) : 16 * ((c.mw + 15) / 16);
+    c.stage_bytes = std::max(16 * 2 * warp_stage_row_bytes(p.kv.bits, c.mw) + (q4 ? 16 : 0), kWarpMinStageBytes);
     c.gb = heads_per_group(p, kWarpHeads);
     if (warps_local_bytes(c) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
         return {};
@@ -155,9 +161,10 @@ warps_config warps_apply(cl_backend & be, const attn_decode_ragged_params & p) {
     return c;
 }
 
-// fp16 pages on the warp kernel.
+// The pages on a warp kernel.
 void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
     const auto & p = op.get<attn_decode_ragged_params>();
+    const bool q4 = p.kv.bits == 4;
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;
     defs.add("G", g)
@@ -165,19 +172,26 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("MW", c.mw)
         .add("PAGE_SIZE", p.kv.page_size)
         .add("NW", kWarps)
-        .add("STAGE_H", c.stage_halves)
+        .add(q4 ? "STAGE_B" : "STAGE_H", q4 ? c.stage_bytes : c.stage_bytes / 2)
         .add("KVC_ASM", c.asm_kw);
     const tensor & out = op.dst[0];
     const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
-        cl_kernel k = be.kernel("attn_decode_ragged_mma.cl", defs, "kvc_adr_warps");
+        const char * name = q4 ? "kvc_adr_q4_warps" : "kvc_adr_warps";
+        cl_kernel k = be.kernel(q4 ? "attn_decode_ragged_q4_mma.cl" : "attn_decode_ragged_mma.cl", defs, name);
         const size_t local_size = 32 * kWarps;
         if (be.kernel_wg_limit(k) < local_size)
-            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adr_warps with at most ",
+            KVCOMP_THROW(status::device_error, describe(op), ": the device runs ", name, " with at most ",
                          be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
-        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), cl_float(p.scale * kLog2e));
+        const auto set = [&](auto... tail) {  // the portable kernels' arguments (run_q4, run_attn_decode_ragged)
+            set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+                     arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
+                     to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), tail...);
+        };
+        if (q4)
+            set(to_int(p.kv.k_row_bytes), to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
+        else
+            set(cl_float(p.scale * kLog2e));
         const size_t local[2] = {local_size, 1};
         const size_t global[2] = {local_size * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
@@ -190,8 +204,9 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
 std::string attn_decode_ragged_kernel(backend & be, const attn_decode_ragged_params & p) {
     auto * cb = dynamic_cast<cl_backend *>(&be);
     KVCOMP_CHECK_ARG(cb, "backend ", be.name(), " is not an OpenCL backend");
-    if (p.kv.bits == 4) return "kvc_attn_decode_ragged_q4";
-    return warps_apply(*cb, p).asm_kw ? "kvc_adr_warps" : "kvc_attn_decode_ragged";
+    const bool q4 = p.kv.bits == 4;
+    if (warps_apply(*cb, p).asm_kw) return q4 ? "kvc_adr_q4_warps" : "kvc_adr_warps";
+    return q4 ? "kvc_attn_decode_ragged_q4" : "kvc_attn_decode_ragged";
 }
 
 // OpenCL has no occupancy query. Cut for one task per compute unit, the decodes ran two warps per SM
@@ -240,8 +255,8 @@ support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
 
 void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
-    if (p.kv.bits == 4) return run_q4(be, op);
     if (const warps_config w = warps_apply(be, p); w.asm_kw) return run_warps(be, op, w);
+    if (p.kv.bits == 4) return run_q4(be, op);
     const ragged_config c = choose_config(be, p);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;

@@ -1,8 +1,8 @@
 // kvcomp::cl::attn_decode_ragged_kernel (lib/opencl/attn_decode_ragged.cpp) on every OpenCL device listed:
 // which kernel the low-rank decode (ZACK / FDC) takes. Where NVIDIA's driver passes the inline-PTX probe,
-// fp16 pages of heads up to 128 wide (every rank of Llama-3-8B's head_dim) must take the per-warp
-// tensor-core kernel, so that a change to its conditions cannot send the driver back to the portable kernel
-// unnoticed (the op tests pass with either); wider heads and 4-bit pages keep their kernels. Elsewhere: the
+// f16 and 4-bit pages of heads up to 128 wide (every rank of Llama-3-8B's head_dim) must take the per-warp
+// tensor-core kernels, so that a change to their conditions cannot send the driver back to the portable
+// kernels unnoticed (the op tests pass with either); wider heads keep the portable kernels. Elsewhere: the
 // portable kernel. Skipped when no OpenCL device is listed, or when KVCOMP_CL_RAGGED_WARPS /
 // KVCOMP_CL_TENSOR_CORES override the choice.
 #ifdef KVCOMP_USE_OPENCL
@@ -38,7 +38,10 @@ TEST(OpenCLRaggedDecodeKernel, nvidia_takes_the_per_warp_kernel) {
                       mma ? "kvc_adr_warps" : "kvc_attn_decode_ragged")
                 << where << ", max_width " << w;
         EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(256, 16)), "kvc_attn_decode_ragged") << where;
-        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(128, 4)), "kvc_attn_decode_ragged_q4") << where;
+        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(128, 4)),
+                  mma ? "kvc_adr_q4_warps" : "kvc_attn_decode_ragged_q4")
+            << where;
+        EXPECT_EQ(kvcomp::cl::attn_decode_ragged_kernel(be, ragged_params(256, 4)), "kvc_attn_decode_ragged_q4") << where;
     });
     if (tried == 0) GTEST_SKIP() << "no OpenCL device listed";
 }
