@@ -1,7 +1,14 @@
-// attn_decode_palu: Palu's decode, keys rebuilt from latents and rotated every step
-// (cl_kernels/attn_decode_palu.cl), scheduled and merged as attn_decode_ragged.
+// attn_decode_palu: Palu's decode, keys rebuilt from latents and rotated every step, scheduled and merged as
+// attn_decode_ragged. On NVIDIA's driver, where inline PTX mma works, cl_kernels/attn_decode_palu_mma.cl (each
+// warp rebuilds, rotates and scores its own 16-row steps on the tensor cores) wherever its conditions hold
+// (warps_apply: those of CUDA's palu_mma_handles); elsewhere, and with KVCOMP_CL_PALU_WARPS=0,
+// cl_kernels/attn_decode_palu.cl.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
+#include "opencl/backend_opencl.h"
 #include "opencl/cl_common.h"
 
 namespace kvcomp::cl {
@@ -41,7 +48,93 @@ palu_config choose_config(const cl_backend & be, const attn_decode_palu_params &
     return c;
 }
 
+// The warp kernel (kvc_adp_warps): warps per work-group, query heads per work-group at most (the mma's 8 columns
+// are (hi, lo) of 4 heads), the widest latent it takes (B_c fragments of up to 8 latent steps, accumulators of
+// up to 8 m-tiles).
+constexpr int kWarps = 4;
+constexpr int kWarpHeads = 4;
+constexpr int64_t kWarpMaxWidth = 128;
+
+struct warps_config {
+    const char * asm_kw = nullptr;  // nullptr: the portable kernel runs
+    int gb = 1;
+    int64_t mw = 0;
+};
+
+// Mirrors the local arrays of kvc_adp_warps: B_c fragments (or the warps' merge), q fragments, the angle table
+// and the warps' base-angle slots.
+size_t warps_local_bytes(int64_t mw, int64_t hd, int64_t rot, bool neox) {
+    const size_t mk = size_t((mw + 15) / 16), ncb = size_t(hd / 16), half = size_t(rot / 2);
+    const size_t basis = ncb * mk * 32 * 16;
+    const size_t merge = sizeof(float) * (size_t(kWarps) * 4 * 16 * mk + 2 * size_t(kWarps) * 4);
+    const size_t stride = 2 * half + ((neox ? 16 : 8) - (2 * half) % 32 + 32) % 32;  // the kernel's TSTRIDE
+    return std::max(basis, round_up(merge, 16)) + ncb * 32 * 8 + round_up(sizeof(float) * 16 * stride, 16) +
+           round_up(sizeof(float) * size_t(kWarps) * 2 * std::max<size_t>(half, 1), 16);
+}
+
+// The warp kernel takes what CUDA's tensor-core Palu takes (cuda_backend/attn_decode_palu_mma.cu,
+// palu_mma_handles): head_dim 64 or 128, f16 latents up to kWarpMaxWidth wide, an even rot_dim <= head_dim
+// (neox: a multiple of 32, so that a pair's halves are whole 16-channel blocks); on NVIDIA's driver with inline
+// PTX mma (not opted out with KVCOMP_CL_PALU_WARPS=0), when its arrays fit local memory.
+warps_config warps_apply(cl_backend & be, const attn_decode_palu_params & p) {
+    const char * opt_out = std::getenv("KVCOMP_CL_PALU_WARPS");
+    if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
+    const bool neox = p.style == rope_style::neox;
+    if (!((p.head_dim == 64 || p.head_dim == 128) && p.kv.bits == 16 && p.kv.max_width >= 1 &&
+          p.kv.max_width <= kWarpMaxWidth && p.rot_dim >= 0 && p.rot_dim <= p.head_dim && p.rot_dim % 2 == 0 &&
+          (!neox || p.rot_dim % 32 == 0)))
+        return {};
+    if (warps_local_bytes(p.kv.max_width, p.head_dim, p.rot_dim, neox) > be.dev().local_mem_bytes ||
+        be.dev().max_work_group_size < size_t(32 * kWarps))
+        return {};
+    warps_config c;
+    c.mw = p.kv.max_width;
+    c.gb = heads_per_work_group(p.n_q_heads / p.kv.n_kv_heads, kWarpHeads);
+    c.asm_kw = be.tensor_core_asm();
+    return c;
+}
+
+// The op on kvc_adp_warps: one work-group per (task, sub-group of GB query heads), the portable kernel's
+// arguments, partials and merge.
+void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
+    const auto & p = op.get<attn_decode_palu_params>();
+    const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
+    defines defs;
+    defs.add("G", g)
+        .add("GB", c.gb)
+        .add("MW", c.mw)
+        .add("HD", p.head_dim)
+        .add("ROT", p.rot_dim)
+        .add("STYLE", int(p.style))
+        .add("PAGE_SIZE", p.kv.page_size)
+        .add("NW", kWarps)
+        .add("KVC_ASM", c.asm_kw);
+    const tensor & out = op.dst[0];
+    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    if (p.n_tasks > 0) {
+        cl_kernel k = be.kernel("attn_decode_palu_mma.cl", defs, "kvc_adp_warps");
+        const size_t local_size = 32 * kWarps;
+        if (be.kernel_wg_limit(k) < local_size)
+            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adp_warps with at most ",
+                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
+        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(out),
+                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
+                 cl_float(p.scale * kLog2e));
+        const size_t local[2] = {local_size, 1};
+        const size_t global[2] = {local_size * size_t(p.n_tasks), size_t(g / c.gb)};
+        be.launch(k, 2, global, local);
+    }
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+}
+
 }  // namespace
+
+std::string attn_decode_palu_kernel(backend & be, const attn_decode_palu_params & p) {
+    auto * cb = dynamic_cast<cl_backend *>(&be);
+    KVCOMP_CHECK_ARG(cb, "backend ", be.name(), " is not an OpenCL backend");
+    return warps_apply(*cb, p).asm_kw ? "kvc_adp_warps" : "kvc_attn_decode_palu";
+}
 
 support supports_attn_decode_palu(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
@@ -57,6 +150,7 @@ support supports_attn_decode_palu(const cl_backend & be, const op_desc & op) {
 
 void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_palu_params>();
+    if (const warps_config w = warps_apply(be, p); w.asm_kw) return run_warps(be, op, w);
     const palu_config c = choose_config(be, p);
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;
     defines defs;
