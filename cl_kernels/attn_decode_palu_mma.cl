@@ -99,7 +99,9 @@ KVC_INLINE global const ushort * kvc_head_row(global const ushort * pages, ulong
 // 8-byte loads each (the four words feed two mma).
 KVC_INLINE uint4 kvc_lds128(local const uint4 * p) {
     uint4 r;
-    KVC_ASM volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"((ulong)p));
+    KVC_ASM volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"((ulong)p));
     return r;
 }
 
@@ -118,7 +120,7 @@ KVC_INLINE uint4 kvc_lds128(local const uint4 * p) {
         _Pragma("unroll") for (int i_ = 0; i_ < 8; ++i_)(k)[i_] = 0.0f;                                        \
         _Pragma("unroll") for (int kk_ = 0; kk_ < MK; ++kk_) {                                               \
             if (kk_ < (nk)) { /* uniform */                                                                   \
-                const uint4 b_ = kvc_lds128((bf) + 32 * kk_);                                                              \
+                const uint4 b_ = kvc_lds128((bf) + 32 * kk_);                                                 \
                 KVC_MMA_16816((k)[0], (k)[1], (k)[2], (k)[3], (la)[4 * kk_], (la)[4 * kk_ + 1],               \
                               (la)[4 * kk_ + 2], (la)[4 * kk_ + 3], b_.x, b_.y);                              \
                 KVC_MMA_16816((k)[4], (k)[5], (k)[6], (k)[7], (la)[4 * kk_], (la)[4 * kk_ + 1],               \

@@ -1,7 +1,7 @@
 // attn_decode_palu: Palu's decode, keys rebuilt from latents and rotated every step, scheduled and merged as
-// attn_decode_ragged. On NVIDIA's driver, where inline PTX mma works, cl_kernels/attn_decode_palu_mma.cl (each
-// warp rebuilds, rotates and scores its own 16-row steps on the tensor cores) wherever its conditions hold
-// (warps_apply: those of CUDA's palu_mma_handles); elsewhere, and with KVCOMP_CL_PALU_WARPS=0,
+// attn_decode_ragged. On NVIDIA's driver, where inline PTX mma works, cl_kernels/attn_decode_palu_mma.cl
+// (each warp rebuilds, rotates and scores its own 16-row steps on the tensor cores) wherever its conditions
+// hold (warps_apply: those of CUDA's palu_mma_handles); elsewhere, and with KVCOMP_CL_PALU_WARPS=0,
 // cl_kernels/attn_decode_palu.cl.
 #include <algorithm>
 #include <cstdlib>
@@ -48,9 +48,9 @@ palu_config choose_config(const cl_backend & be, const attn_decode_palu_params &
     return c;
 }
 
-// The warp kernel (kvc_adp_warps): warps per work-group, query heads per work-group at most (the mma's 8 columns
-// are (hi, lo) of 4 heads), the widest latent it takes (B_c fragments of up to 8 latent steps, accumulators of
-// up to 8 m-tiles).
+// The warp kernel (kvc_adp_warps): warps per work-group, query heads per work-group at most (the mma's 8
+// columns are (hi, lo) of 4 heads), the widest latent it takes (B_c fragments of up to 8 latent steps,
+// accumulators of up to 8 m-tiles).
 constexpr int kWarps = 4;
 constexpr int kWarpHeads = 4;
 constexpr int64_t kWarpMaxWidth = 128;
@@ -61,8 +61,8 @@ struct warps_config {
     int64_t mw = 0;
 };
 
-// Mirrors the local arrays of kvc_adp_warps: B_c fragments (or the warps' merge), q fragments, the angle table
-// and the warps' base-angle slots.
+// Mirrors the local arrays of kvc_adp_warps: B_c fragments (or the warps' merge), q fragments, the angle
+// table and the warps' base-angle slots.
 size_t warps_local_bytes(int64_t mw, int64_t hd, int64_t rot, bool neox) {
     const size_t mk = size_t((mw + 15) / 16), ncb = size_t(hd / 16), half = size_t(rot / 2);
     const size_t basis = ncb * mk * 32 * 16;
@@ -74,15 +74,15 @@ size_t warps_local_bytes(int64_t mw, int64_t hd, int64_t rot, bool neox) {
 
 // The warp kernel takes what CUDA's tensor-core Palu takes (cuda_backend/attn_decode_palu_mma.cu,
 // palu_mma_handles): head_dim 64 or 128, f16 latents up to kWarpMaxWidth wide, an even rot_dim <= head_dim
-// (neox: a multiple of 32, so that a pair's halves are whole 16-channel blocks); on NVIDIA's driver with inline
-// PTX mma (not opted out with KVCOMP_CL_PALU_WARPS=0), when its arrays fit local memory.
+// (neox: a multiple of 32, so that a pair's halves are whole 16-channel blocks); on NVIDIA's driver with
+// inline PTX mma (not opted out with KVCOMP_CL_PALU_WARPS=0), when its arrays fit local memory.
 warps_config warps_apply(cl_backend & be, const attn_decode_palu_params & p) {
     const char * opt_out = std::getenv("KVCOMP_CL_PALU_WARPS");
     if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
     const bool neox = p.style == rope_style::neox;
     if (!((p.head_dim == 64 || p.head_dim == 128) && p.kv.bits == 16 && p.kv.max_width >= 1 &&
-          p.kv.max_width <= kWarpMaxWidth && p.rot_dim >= 0 && p.rot_dim <= p.head_dim && p.rot_dim % 2 == 0 &&
-          (!neox || p.rot_dim % 32 == 0)))
+          p.kv.max_width <= kWarpMaxWidth && p.rot_dim >= 0 && p.rot_dim <= p.head_dim &&
+          p.rot_dim % 2 == 0 && (!neox || p.rot_dim % 32 == 0)))
         return {};
     if (warps_local_bytes(p.kv.max_width, p.head_dim, p.rot_dim, neox) > be.dev().local_mem_bytes ||
         be.dev().max_work_group_size < size_t(32 * kWarps))

@@ -56,8 +56,8 @@ std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q);
 std::string attn_decode_ragged_kernel(backend & be, const attn_decode_ragged_params & p);
 
 // The kernel that attn_decode_palu runs for p on be's device: "kvc_adp_warps" (attn_decode_palu_mma.cl) or
-// "kvc_attn_decode_palu" (attn_decode_palu.cl), by the launcher's own rules and environment switches. For tests
-// and diagnostics; invalid_argument when `be` is not OpenCL.
+// "kvc_attn_decode_palu" (attn_decode_palu.cl), by the launcher's own rules and environment switches. For
+// tests and diagnostics; invalid_argument when `be` is not OpenCL.
 std::string attn_decode_palu_kernel(backend & be, const attn_decode_palu_params & p);
 
 // Drops the in-memory programs of be's device so the next lookup goes to the disk cache, as a new
