@@ -16,6 +16,11 @@
                               (kvc_adr_warps) and with the work-group kernel (KVCOMP_CL_RAGGED_WARPS=0, +workgroup),
                               zack p = 0.5, at 16 × 32K (visits 123-124, an H200);
   bench_e2e_ocl_ragged_warps_1x32k_h200.csv  none, fdc and palu p = 0.5 at 1 × 32K with it (visit 126);
+  bench_e2e_lowrank_q4_16x32k_h200.csv  fdc p = 0.5 with 4-bit pages (kv_bits=4, kvc_adr_q4_warps), none and fdc
+                              with f16 pages at 16 × 32K on opencl:1, then fdc kv_bits=4 on cuda:0 (the call's time
+                              ran out before CUDA's none and f16 pages; visit 129);
+  bench_e2e_ocl_palu_warps_h200.csv  palu (its decode on kvc_adp_warps) and fdc p = 0.5 at 1 × 32K, palu at
+                              16 × 32K (fdc's run there was cut by the call's limit; visit 130);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -30,9 +35,11 @@ WARPS_16X32K_SOURCE = "bench_e2e_ocl_quant_warps_16x32k_h200.csv"
 BULK_16X32K_SOURCE = "bench_e2e_ocl_bulk_16x32k_h200.csv"
 RAGGED_16X32K_SOURCE = "bench_e2e_ocl_ragged_warps_16x32k_h200.csv"
 RAGGED_1X32K_SOURCE = "bench_e2e_ocl_ragged_warps_1x32k_h200.csv"
+Q4_16X32K_SOURCE = "bench_e2e_lowrank_q4_16x32k_h200.csv"
+PALU_WARPS_SOURCE = "bench_e2e_ocl_palu_warps_h200.csv"
 # A tuple, as the other modules' (make_results.py adds them up).
 SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE, RAGGED_16X32K_SOURCE,
-           RAGGED_1X32K_SOURCE)
+           RAGGED_1X32K_SOURCE, Q4_16X32K_SOURCE, PALU_WARPS_SOURCE)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -321,7 +328,8 @@ def ocl_ragged_warps_section(data_dir):
                       "runs `kvc_adr_warps`; Palu's OpenCL decode is still the CUDA-core kernel of \"The final "
                       "OpenCL Palu decode\" (12× the time of CUDA's tensor-core Palu at 16 × 32K p50, both measured on an "
                       "H200 in earlier visits), so the ratio "
-                      "below measures that kernel against FDC's more than the method.")
+                      "below measures that kernel against FDC's more than the method (visit 130, below, repeats it "
+                      "with Palu's decode on the tensor cores).")
     if opened:
         pts, head = opened
         out += head + _table(pts)
@@ -329,4 +337,60 @@ def ocl_ragged_warps_section(data_dir):
                         _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
         out += _summary("FDC TTFT over none's", "target ≤ 1.05",
                         _judged(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms", lambda r: r <= 1.05))
+    return out
+
+
+def _backend_points(data_dir, source, prefix):
+    """_points of the rows of `source` whose backend starts with `prefix` (a file holding both backends: the
+    points' keys do not name the backend)."""
+    return _points([r for r in read_dicts(os.path.join(data_dir, source)) if r["backend"].startswith(prefix)])
+
+
+def ocl_q4_palu_section(data_dir):
+    """Visits 129-130: fdc with 4-bit pages at 16 × 32K (ZACK's combination), and FDC against Palu with Palu's
+    decode on the tensor cores."""
+    out = []
+    opened = _opening(data_dir, Q4_16X32K_SOURCE,
+                      "### FDC with 4-bit pages end to end at 16 × 32K (ZACK's combination; kvcomp bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 129), batch 16 × 32K, 16 generated tokens, "
+                      "prompts prefilled four at a time, one run each, none in the same visit: fdc at p = 0.5 "
+                      "(calibration of 8192 random tokens made on cuda:0 in the visit) with f16 pages and with "
+                      "`kv_bits=4` (4-bit codes with an f16 min and step per row, the channels equalized first; "
+                      "decode attention on `kvc_adr_q4_warps`, \"The OpenCL q4 ragged decode with per-warp streams\" "
+                      "above). The table holds the opencl:1 rows.")
+    if opened:
+        pts, head = opened
+        ocl = _backend_points(data_dir, Q4_16X32K_SOURCE, "opencl")
+        out += head + _table(ocl)
+        out += _summary("TBT over none's", "the decode step",
+                        [(f"fdc {o}", r, None) for o in ("p=0.5", "p=0.5;kv_bits=4")
+                         for _, _, r in _ratios(ocl, ("fdc", o), ("none", ""), "tbt_ms")])
+        out += _summary("TTFT over none's", "target ≤ 1.05",
+                        _judged(ocl, ("fdc", "p=0.5;kv_bits=4"), ("none", ""), "ttft_ms", lambda r: r <= 1.05))
+        cuda = _backend_points(data_dir, Q4_16X32K_SOURCE, "cuda")
+        for key, v in sorted(cuda.items()):
+            if "tbt_ms" in v:
+                out += [f"On cuda:0 in the same visit, {key[0]} {key[1]} at {key[2]} × {key[3]}: TBT "
+                        f"{v['tbt_ms']:.2f} ms, TTFT {v.get('ttft_ms', float('nan')):.0f} ms (CUDA's none and f16 "
+                        "pages did not run: the call's 600 s ran out).", ""]
+    opened = _opening(data_dir, PALU_WARPS_SOURCE,
+                      "### FDC and Palu on NVIDIA's OpenCL driver with Palu's decode on the tensor cores (kvcomp "
+                      "bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 130), batches 1 and 16 at 32K, 16 generated "
+                      "tokens, one run each: palu and fdc at p = 0.5 (calibrations made on cuda:0 in the visit), "
+                      "Palu's decode on `kvc_adp_warps` (\"Palu's OpenCL decode on the tensor cores\" above). fdc's "
+                      "run at 16 × 32K was cut by the call's limit; the 16 × 32K ratio below takes fdc's f16 TBT "
+                      "from visit 129 (the table above: the same FDC kernels, another machine of the same kind), "
+                      "so it crosses visits.")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        out += _summary("Palu TBT over FDC TBT, same visit", "target ≥ 1.5 at 32K",
+                        _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
+        fdc16 = _backend_points(data_dir, Q4_16X32K_SOURCE, "opencl").get(("fdc", "p=0.5", 16, 32768), {})
+        palu16 = pts.get(("palu", "p=0.5", 16, 32768), {})
+        if "tbt_ms" in fdc16 and "tbt_ms" in palu16:
+            r = palu16["tbt_ms"] / fdc16["tbt_ms"]
+            out += _summary("Palu TBT (visit 130) over FDC TBT (visit 129)", "target ≥ 1.5 at 32K",
+                            [("16 × 32768", r, r >= 1.5)])
     return out

@@ -28,6 +28,15 @@ blocks, the ragged low-rank pages) for each binary of a file, from
                                            kept), f16 ragged rows, two passes, visit 122
   bench_ops_ocl_ragged_ring_h200.csv       df5a8de with KVCOMP_CL_RAGGED_RING=4,1 (the default) and 2,2 (2 warps of 2
                                            stages; reverted), balanced rows at batch 16, one pass, visit 127
+  bench_ops_ocl_ragged_q4_warps_h200.csv  68f3dfc with KVCOMP_CL_RAGGED_WARPS=0 (the work-group q4 ragged decode)
+                                           against the default (kvc_adr_q4_warps; kept as 5c56fac), q4 ragged rows,
+                                           two passes, visit 128
+  bench_ops_ocl_ragged_step_h200.csv       68f3dfc with KVCOMP_CL_RAGGED_STEP=default (ldmatrix fragments and the
+                                           next step's scores first), plain (main's step), ldmatrix, pipe; not
+                                           kept, balanced rows at batch 16, two passes, visit 128
+  bench_ops_ocl_palu_warps_h200.csv        7f95561 with KVCOMP_CL_PALU_WARPS=0 (the CUDA-core Palu decode) against
+                                           the default (kvc_adp_warps, kept), two passes, and the same binary's
+                                           CUDA rows (commit label without a suffix), visit 130
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
   bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
@@ -133,6 +142,56 @@ _TABLES = [
      "4 × the compute units instead of the engine's 8 ×. The op tests of attn_decode_ragged passed with `2,2` "
      "(34/34). The last column is `4,1`'s time over `2,2`'s (below 1: `4,1` faster): `2,2` took 1.08-1.26× the time of `4,1`, and the schedule at 4 × was slower than at 8 × at three of "
      "the four points. Reverted; the diff is `docs/data/ocl_ragged_ring.patch`.",
+     ),
+    ("bench_ops_ocl_ragged_q4_warps_h200.csv",
+     "### The OpenCL q4 ragged decode with per-warp streams on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --cold --sweeps lowrank --sweep-rows lowrank_q4_balanced_` on {device} ({backend}, {date}; the "
+     "shapes of the table above, pages of 4-bit codes with an f16 min and step per row, `core/ragged_q4.h`), two "
+     "passes of each variant one after the other (`docs/data/{file}`, mean; visit 128): `68f3dfc`'s binary by "
+     "default (the first column: `attn_decode_ragged_q4_mma.cl`'s `kvc_adr_q4_warps`, the form of CUDA's "
+     "`attn_decode_ragged_q4_mma.cu` over `kvc_adr_warps`' per-warp tiles: 4-byte `cp.async` runs of unpadded rows, "
+     "the codes themselves as mma operands, the min and step applied to the sums) and with "
+     "`KVCOMP_CL_RAGGED_WARPS=0` (the second: `attn_decode_ragged_q4.cl`, the work-group kernel). The last column "
+     "is the new kernel's time over the old one's: 0.41-0.94, at 16 × 128K 0.46 (p50) and 0.52 (p70). The fraction "
+     "of copy stays far from 0.8 (0.27-0.30 at 16 × 128K): the 4-bit rows are a quarter of the f16 bytes while the "
+     "mma and softmax work per token is the same, so the kernel is bound by its instructions, not by memory. "
+     "CUDA's tensor-core q4 kernel on an H200 in an earlier visit: 0.98 ms (0.30) at 16 × 128K p50 "
+     "(`docs/data/bench_ops_lowrank_mma_h200.csv`). Op tests of attn_decode_ragged 34/34 on the driver with a fresh "
+     "program cache (its q4 cases on this kernel), no private memory in its PTX, `OpenCLRaggedDecodeKernel` passed; "
+     "`68f3dfc` also held the ldmatrix step of the next table, which the f16 kernel alone uses. Kept as `5c56fac` "
+     "(the same q4 kernel: clang's NVPTX of both is identical).",
+     ),
+    ("bench_ops_ocl_ragged_step_h200.csv",
+     "### Experiment, not kept: the per-warp ragged decode's step with ldmatrix fragments (H200, NVIDIA's driver)",
+     "`bench_ops --cold --sweeps lowrank --sweep-rows lowrank_balanced_p` at batch 16 on {device} ({backend}, "
+     "{date}), two passes of each variant one after the other (`docs/data/{file}`, mean; visit 128): "
+     "`68f3dfc`, whose `kvc_adr_warps` took its 16-row step from `KVCOMP_CL_RAGGED_STEP`: unset (the first "
+     "column) both changes, `plain` the step of the table \"The OpenCL ragged decode with per-warp streams\" "
+     "above, `ldmatrix` the A fragments of K' and (transposed) V' by `ldmatrix.x4` instead of 32-bit loads and "
+     "`prmt`, `pipe` the next step's scores computed before this step's values (CUDA's order). Op tests of "
+     "attn_decode_ragged 34/34 on the driver for each variant. The ratios are the first column's time over each "
+     "other's (above 1: slower): both changes together took 1.13-1.14× `plain`'s time at p50 and the same at "
+     "p70; each alone was slower at p50 too (clang's NVPTX had 8-10 % fewer instructions with ldmatrix). The "
+     "`ldmatrix` is volatile inline assembly, which NVIDIA's compiler may not move past the step's other volatile "
+     "`mma`: a guess, not measured. Not merged; the branch is `wip/ocl-ragged-ldmatrix`.",
+     ),
+    ("bench_ops_ocl_palu_warps_h200.csv",
+     "### Palu's OpenCL decode on the tensor cores (H200, NVIDIA's driver and CUDA, interleaved A/B)",
+     "`bench_ops --cold --sweeps lowrank --sweep-rows 'decode_palu_|lowrank_balanced_p'` on {device} ({date}), "
+     "two passes of each OpenCL variant one after the other, then one CUDA run of the same binary "
+     "(`docs/data/{file}`, mean; visit 130): `7f95561`'s default on opencl:1 (the first column: "
+     "`attn_decode_palu_mma.cl`'s `kvc_adp_warps`, the form of CUDA's `attn_decode_palu_mma.cu` in per-warp "
+     "tasks: keys rebuilt per 16-channel block from the latents and B_c's f16 fragments by `mma.sync`, rotated on "
+     "the accumulators with an angle-sum table, the rotated block the score mma's A operand; the latent and V' "
+     "fragments read straight from the pages, as B_c's fragments and the angle table fill the driver's 48 KiB of "
+     "local memory), with `KVCOMP_CL_PALU_WARPS=0` (the second: `attn_decode_palu.cl`, the CUDA-core kernel) and, "
+     "in the column headed by the bare commit, cuda:0 (`attn_decode_palu_mma.cu`). The `ragged f16` rows are FDC's "
+     "decode of the same runs (unchanged; the switch does not touch it). Op tests of attn_decode_palu 11/11 on the "
+     "driver with either kernel and a fresh program cache, no private memory in the 9 `kvc_adp_warps` programs "
+     "built, `OpenCLPaluDecodeKernel` passed. The new kernel takes 0.10-0.17 of the old one's time (6-10× faster); "
+     "against CUDA's it takes 1.08-1.34× the time at p50 and at batch 1, 0.83-0.88× at batch 16 p70. So OpenCL's "
+     "FDC-against-Palu comparisons now measure tensor-core kernels on both sides: Palu's decode takes 1.8-3.1× "
+     "FDC's on the driver and 2.5-3.7× on CUDA (16 × 32K p50: 2.95× and 2.55×).",
      ),
     ("bench_ops_ocl_quant_warps_h100.csv",
      "### The OpenCL quantized decode with per-warp streams on the tensor cores (H100, NVIDIA's driver, "
