@@ -113,6 +113,22 @@ KVC_INLINE uint4 kvc_lds128(local const uint4 * p) {
         (x0) = y0_;                                  \
     } while (0)
 
+// Interleaved pair i (channels 2i, 2i + 1) of n-tile n of one block's keys k: (c0, c1) of row g and (c2, c3) of
+// row g + 8, rotated by the step's base angle (slot) joined with rows g and g + 8's offsets (off_g, off_g8). A
+// macro: the key arrays passed to a function went to private memory.
+#define KVC_ROTATE_INTERLEAVED(k, n, i)                                                              \
+    do {                                                                                             \
+        if ((i) < HALF_ROT) {                                                                        \
+            const float2 bs_ = *(local const float2 *)(slot + 2 * (i));                              \
+            const float2 f0_ = *(local const float2 *)(off_g + 2 * (i));                             \
+            const float2 f8_ = *(local const float2 *)(off_g8 + 2 * (i));                            \
+            float cs_ = bs_.x * f0_.x - bs_.y * f0_.y, sn_ = bs_.y * f0_.x + bs_.x * f0_.y;          \
+            KVC_ROTATE((k)[4 * (n)], (k)[4 * (n) + 1], cs_, sn_);                                    \
+            cs_ = bs_.x * f8_.x - bs_.y * f8_.y, sn_ = bs_.y * f8_.x + bs_.x * f8_.y;                \
+            KVC_ROTATE((k)[4 * (n) + 2], (k)[4 * (n) + 3], cs_, sn_);                                \
+        }                                                                                            \
+    } while (0)
+
 // k[0..7] (n-tile 0: c0..c3, n-tile 1: c0..c3) = the keys of one 16-channel block for the step's rows: the
 // latent A fragments la[4 kk .. 4 kk + 3] times the block's B fragments bf[32 kk] (kk < nk).
 #define KVC_REBUILD(k, la, bf, nk)                                                                            \
@@ -269,24 +285,8 @@ void kvc_adp_warps(global const float * q, ulong q_off, global const ushort * k_
 #pragma unroll
             for (int n = 0; n < 2; ++n) {  // pairs (2i, 2i + 1): (c0, c1) and (c2, c3) of one n-tile
                 const int i = 8 * ca + 4 * n + t, j = i + 8;  // the lane's pairs in blocks ca and cb = ca + 1
-                if (i < HALF_ROT) {
-                    const float2 bs = *(local const float2 *)(slot + 2 * i);
-                    const float2 f0 = *(local const float2 *)(off_g + 2 * i);
-                    const float2 f8 = *(local const float2 *)(off_g8 + 2 * i);
-                    float cs = bs.x * f0.x - bs.y * f0.y, sn = bs.y * f0.x + bs.x * f0.y;
-                    KVC_ROTATE(ka[4 * n], ka[4 * n + 1], cs, sn);
-                    cs = bs.x * f8.x - bs.y * f8.y, sn = bs.y * f8.x + bs.x * f8.y;
-                    KVC_ROTATE(ka[4 * n + 2], ka[4 * n + 3], cs, sn);
-                }
-                if (j < HALF_ROT) {
-                    const float2 bs = *(local const float2 *)(slot + 2 * j);
-                    const float2 f0 = *(local const float2 *)(off_g + 2 * j);
-                    const float2 f8 = *(local const float2 *)(off_g8 + 2 * j);
-                    float cs = bs.x * f0.x - bs.y * f0.y, sn = bs.y * f0.x + bs.x * f0.y;
-                    KVC_ROTATE(kb[4 * n], kb[4 * n + 1], cs, sn);
-                    cs = bs.x * f8.x - bs.y * f8.y, sn = bs.y * f8.x + bs.x * f8.y;
-                    KVC_ROTATE(kb[4 * n + 2], kb[4 * n + 3], cs, sn);
-                }
+                KVC_ROTATE_INTERLEAVED(ka, n, i);
+                KVC_ROTATE_INTERLEAVED(kb, n, j);
             }
 #endif
             // the C layout of two n-tiles is one k16 A fragment: a0 row g / a1 row g + 8 of n-tile 0, a2 / a3
@@ -343,18 +343,5 @@ void kvc_adp_warps(global const float * q, ulong q_off, global const ushort * k_
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong prow0 = (ulong)task * G + g0;
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;
-    for (int i = tid; i < GB * vw + GB; i += 32 * NW) {
-        const int h = i < GB * vw ? i / vw : i - GB * vw, d = i % vw;
-        float mx, lt;
-        const float ot = kvc_merge_warps(sm_o, sm_m, sm_l, NW, QW, h, d, i < GB * vw, &mx, &lt);
-        if (i < GB * vw) {
-            if (T.n_in_list == 1)
-                out_h0[h * vw + d] = lt > 0.0f ? ot / lt : 0.0f;
-            else
-                part[(prow0 + h) * MW + d] = ot;
-        } else if (T.n_in_list != 1) {
-            part[ml_off + (prow0 + h) * 2] = mx;
-            part[ml_off + (prow0 + h) * 2 + 1] = lt;
-        }
-    }
+    kvc_ragged_warps_output(sm_o, sm_m, sm_l, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
 }

@@ -214,18 +214,5 @@ void kvc_adr_warps(global const float * q, ulong q_off, global const ushort * k_
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong prow0 = (ulong)task * G + g0;
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;
-    for (int i = tid; i < GB * vw + GB; i += 32 * NW) {
-        const int h = i < GB * vw ? i / vw : i - GB * vw, d = i % vw;
-        float mx, lt;
-        const float ot = kvc_merge_warps(sm_o, sm_m, sm_l, NW, QW, h, d, i < GB * vw, &mx, &lt);
-        if (i < GB * vw) {
-            if (T.n_in_list == 1)
-                out_h0[h * vw + d] = lt > 0.0f ? ot / lt : 0.0f;
-            else
-                part[(prow0 + h) * MW + d] = ot;
-        } else if (T.n_in_list != 1) {
-            part[ml_off + (prow0 + h) * 2] = mx;
-            part[ml_off + (prow0 + h) * 2 + 1] = lt;
-        }
-    }
+    kvc_ragged_warps_output(sm_o, sm_m, sm_l, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
 }

@@ -374,6 +374,28 @@ inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m,
     return ot;
 }
 
+// The end of a per-warp ragged decode task (kvc_adr_warps, kvc_adr_q4_warps, kvc_adp_warps), after
+// KVC_STORE_WARP_STATE and a barrier: each of the gb heads' outputs and (m, l) merged over the nw warps
+// (kvc_merge_warps), written by the work-group's nt work-items as kvc_ragged_task_output writes them.
+inline void kvc_ragged_warps_output(local const float * sm_o, local const float * sm_m, local const float * sm_l,
+                                    int nw, int stride, int gb, int nt, int vw, int n_in_list,
+                                    global float * out_h0, global float * part, ulong prow0, int mw, ulong ml_off) {
+    for (int i = get_local_id(0); i < gb * vw + gb; i += nt) {
+        const int h = i < gb * vw ? i / vw : i - gb * vw, d = i % vw;
+        float mx, lt;
+        const float ot = kvc_merge_warps(sm_o, sm_m, sm_l, nw, stride, h, d, i < gb * vw, &mx, &lt);
+        if (i < gb * vw) {
+            if (n_in_list == 1)
+                out_h0[h * vw + d] = lt > 0.0f ? ot / lt : 0.0f;
+            else
+                part[(prow0 + h) * mw + d] = ot;
+        } else if (n_in_list != 1) {
+            part[ml_off + (prow0 + h) * 2] = mx;
+            part[ml_off + (prow0 + h) * 2 + 1] = lt;
+        }
+    }
+}
+
 // The quantized decodes' codes as mma operands (attn_decode_quant.cl, attn_decode_quant_mma.cl; the
 // algebra is cuda_backend/attn_decode_quant_mma.cu's). A b-bit code in the top b mantissa bits of an
 // f16 with exponent 2^b reads as F = 2^b + code, exact.

@@ -39,7 +39,7 @@ fi
   # The OpenCL decodes' per-work-item state must stay in registers: the PTX NVIDIA's driver built for
   # them (kvcomp's program cache, now holding every decode the tests compiled) has no ld.local / st.local.
   step python3 tools/report/cl_cache_dump.py "$KVCOMP_CL_CACHE_DIR" \
-    --no-private '^kvc_(attn_decode_split|adq_split|attn_decode_ragged|attn_decode_ragged_q4)$'
+    --no-private '^kvc_(attn_decode_split|adq_split|adq_warps|attn_decode_ragged|attn_decode_ragged_q4|adr_warps|adr_q4_warps|adp_warps)$'
   step $B/kvcomp_unit_tests --gtest_brief=1
   step $B/kvcomp selfcheck -b cuda
   step $B/kvcomp selfcheck -b $OCL_GPU
