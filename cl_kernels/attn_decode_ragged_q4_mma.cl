@@ -151,10 +151,7 @@ void kvc_adr_q4_warps(global const float * q, ulong q_off, global const uchar * 
     v_pages += v_off;
 
     global const float * qg = q + q_off + (ulong)b * G * k_total + (ulong)G * ko + (ulong)g0 * kw;
-    for (int i = tid; i < 4 * QW; i += 32 * NW) {
-        const int h = i / QW, d = i % QW;
-        q_l[i] = h < GB && d < kw ? qg[h * kw + d] * qscale : 0.0f;
-    }
+    kvc_stage_q(q_l, qg, kw, QW, GB, qscale, 32 * NW);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     // q's B fragments for k-steps 2 gr + s: column g = head g / 2, hi (even g) or what f16 missed (odd g), at

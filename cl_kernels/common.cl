@@ -374,6 +374,16 @@ inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m,
     return ot;
 }
 
+// The start of a per-warp ragged decode task (kvc_adr_warps, kvc_adr_q4_warps): q_l[h * qw + d] = q of head
+// h < gb (qg + h * kw, kw wide) times qscale, zero past the width and for heads gb .. 3, written by the
+// work-group's nt work-items (a barrier must follow).
+inline void kvc_stage_q(local float * q_l, global const float * qg, int kw, int qw, int gb, float qscale, int nt) {
+    for (int i = get_local_id(0); i < 4 * qw; i += nt) {
+        const int h = i / qw, d = i % qw;
+        q_l[i] = h < gb && d < kw ? qg[h * kw + d] * qscale : 0.0f;
+    }
+}
+
 // The end of a per-warp ragged decode task (kvc_adr_warps, kvc_adr_q4_warps, kvc_adp_warps), after
 // KVC_STORE_WARP_STATE and a barrier: each of the gb heads' outputs and (m, l) merged over the nw warps
 // (kvc_merge_warps), written by the work-group's nt work-items as kvc_ragged_task_output writes them.
