@@ -86,6 +86,17 @@ std::string build_log(cl_program program, cl_device_id device) {
     return log.empty() ? "(empty build log)" : log;
 }
 
+// KVCOMP_CL_BUILD_LOG=1: every program a process builds or loads prints its build log to stderr. With
+// KVCOMP_CL_BUILD_OPTIONS=-cl-nv-verbose, NVIDIA's driver puts ptxas' registers and spills per kernel there,
+// the one way to see them through OpenCL.
+bool build_log_wanted() {
+    static const bool wanted = [] {
+        const char * v = std::getenv("KVCOMP_CL_BUILD_LOG");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return wanted;
+}
+
 }  // namespace
 
 std::string disk_cache_dir() {
@@ -184,10 +195,15 @@ cl_program program_cache::lookup_locked(const std::string & label, const std::st
         path = dir + "/" + hex16(key_hash) + ".clbin";
         program = load_binary(path, key_hash, key_hash2, options);
     }
+    const bool from_disk = program != nullptr;
     if (!program) {
         program = build_source(label, source, options);
         if (!path.empty()) store_binary(program, path, key_hash, key_hash2);
     }
+    if (build_log_wanted())
+        std::fprintf(stderr, "kvcomp: OpenCL program %s (%s; options %s):\n%s\n", label.c_str(),
+                     from_disk ? "from the disk cache" : "built from source", options.c_str(),
+                     build_log(program, device_).c_str());
     programs_.emplace(mem_hash, entry{source, options, program});
     return program;
 }
