@@ -203,13 +203,7 @@ void kvc_adp_warps(global const float * q, ulong q_off, global const ushort * k_
             if (h < GB) {
                 x0 = qh[ch] * qscale, x1 = qh[ch + 1] * qscale, x8 = qh[ch + 8] * qscale, x9 = qh[ch + 9] * qscale;
             }
-            if (g & 1) {
-                x0 -= kvc_round_half(x0);
-                x1 -= kvc_round_half(x1);
-                x8 -= kvc_round_half(x8);
-                x9 -= kvc_round_half(x9);
-            }
-            qf[cb * 32 + lane] = (uint2)(kvc_pack_half2(x0, x1), kvc_pack_half2(x8, x9));
+            qf[cb * 32 + lane] = (uint2)(kvc_split_pair(x0, x1, g & 1), kvc_split_pair(x8, x9, g & 1));
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);  // fragments and table are written
@@ -336,12 +330,10 @@ void kvc_adp_warps(global const float * q, ulong q_off, global const ushort * k_
 
     // Merge the warps: outputs [NW][4][QW], maxima and sums [NW][4], over the B_c fragments.
     barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with the fragments
-    local float * sm_o = (local float *)area;
-    local float * sm_m = sm_o + NW * 4 * QW;
-    local float * sm_l = sm_m + NW * 4;
-    KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, o, MK, QW, warp, g, t, m, l);
+    local float * sm = (local float *)area;
+    KVC_STORE_WARP_STATE(sm, o, MK, NW, QW, warp, g, t, m, l);
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong prow0 = (ulong)task * G + g0;
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;
-    kvc_ragged_warps_output(sm_o, sm_m, sm_l, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
+    kvc_ragged_warps_output(sm, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
 }

@@ -442,9 +442,8 @@ kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
 #pragma unroll
             for (int kk = 0; kk < HD16; ++kk) {
                 const int c = 16 * kk + 2 * t;
-                const float x0 = qh[c], x1 = qh[c + 1], x8 = qh[c + 8], x9 = qh[c + 9];
-                wq0[kk] = (g & 1) ? kvc_pack_half2(x0 - kvc_round_half(x0), x1 - kvc_round_half(x1)) : kvc_pack_half2(x0, x1);
-                wq1[kk] = (g & 1) ? kvc_pack_half2(x8 - kvc_round_half(x8), x9 - kvc_round_half(x9)) : kvc_pack_half2(x8, x9);
+                wq0[kk] = kvc_split_pair(qh[c], qh[c + 1], g & 1);
+                wq1[kk] = kvc_split_pair(qh[c + 8], qh[c + 9], g & 1);
             }
             const int n_tiles = (len + 15) / 16;
             for (int j = (warp - n_split % NW + NW) % NW; j < n_tiles; j += NW) {
@@ -475,15 +474,13 @@ kernel void kvc_adq_warps(KVC_QDECODE_PARAMS) {
 
     // Merge the warps: outputs [NW][4][QB_HD], maxima and sums [NW][4], in the stages' memory.
     barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with its stage
-    local float * sm_o = (local float *)area;
-    local float * sm_m = sm_o + NW * 4 * QB_HD;
-    local float * sm_l = sm_m + NW * 4;
-    KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, st.o, HD16, QB_HD, warp, g, t, st.m, st.l);
+    local float * sm = (local float *)area;
+    KVC_STORE_WARP_STATE(sm, st.o, HD16, NW, QB_HD, warp, g, t, st.m, st.l);
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int i = tid; i < GB * QB_HD + GB; i += 32 * NW) {
         const int h = i < GB * QB_HD ? i / QB_HD : i - GB * QB_HD, d = i % QB_HD;
         float mx, l;
-        const float o = kvc_merge_warps(sm_o, sm_m, sm_l, NW, QB_HD, h, d, i < GB * QB_HD, &mx, &l);
+        const float o = kvc_merge_warps(sm, NW, QB_HD, h, d, i < GB * QB_HD, &mx, &l);
         const ulong hr = head_row + h;
         if (i < GB * QB_HD) {
             if (n_splits == 1)

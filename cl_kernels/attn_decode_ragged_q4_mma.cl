@@ -165,15 +165,8 @@ void kvc_adr_q4_warps(global const float * q, ulong q_off, global const uchar * 
 #pragma unroll
             for (int s = 0; s < 2; ++s) {
                 const int ch = 32 * gr + 8 * t + 2 * s;
-                float x0 = qh[ch], x4 = qh[ch + 4], x1 = qh[ch + 1], x5 = qh[ch + 5];
-                if (g & 1) {
-                    x0 -= kvc_round_half(x0);
-                    x4 -= kvc_round_half(x4);
-                    x1 -= kvc_round_half(x1);
-                    x5 -= kvc_round_half(x5);
-                }
-                bq0[2 * gr + s] = kvc_pack_half2(x0, x4);
-                bq1[2 * gr + s] = kvc_pack_half2(x1, x5);
+                bq0[2 * gr + s] = kvc_split_pair(qh[ch], qh[ch + 4], g & 1);
+                bq1[2 * gr + s] = kvc_split_pair(qh[ch + 1], qh[ch + 5], g & 1);
             }
     }
     float qsum = 0.0f;
@@ -220,17 +213,15 @@ void kvc_adr_q4_warps(global const float * q, ulong q_off, global const uchar * 
 
     // Merge the warps: outputs [NW][4][QW] (the bias joins every channel), maxima and sums [NW][4].
     barrier(CLK_LOCAL_MEM_FENCE);  // every warp is done with its stage
-    local float * sm_o = (local float *)area;
-    local float * sm_m = sm_o + NW * 4 * QW;
-    local float * sm_l = sm_m + NW * 4;
+    local float * sm = (local float *)area;
 #pragma unroll
     for (int mt = 0; mt < MV; ++mt) {  // the bias joins each of the m-tile's two channels once
         o[4 * mt] += bias;
         o[4 * mt + 2] += bias;
     }
-    KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, o, MV, QW, warp, g, t, m, l);
+    KVC_STORE_WARP_STATE(sm, o, MV, NW, QW, warp, g, t, m, l);
     barrier(CLK_LOCAL_MEM_FENCE);
     const ulong prow0 = (ulong)task * G + g0;
     global float * out_h0 = out + out_off + (ulong)b * G * v_total + (ulong)G * vo + (ulong)g0 * vw;
-    kvc_ragged_warps_output(sm_o, sm_m, sm_l, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
+    kvc_ragged_warps_output(sm, NW, QW, GB, 32 * NW, vw, T.n_in_list, out_h0, part, prow0, MW, ml_off);
 }

@@ -17,7 +17,7 @@
 //     "A" form requires the address to be aligned to 4 elements and lets the compiler emit one
 //     vector load (8 or 16 bytes) instead of four scalar ones;
 //   - with KVC_ASM (NVIDIA's driver only, where lib/opencl/nv_mma_probe.cpp found that inline PTX
-//     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
+//     works): KVC_MMA_16816, kvc_round_half(), kvc_pack_half2(), kvc_split_pair(), kvc_shfl_xor() / kvc_shfl_idx(), kvc_any(),
 //     kvc_warp_sync(), the per-warp decodes' softmax and P' operand (kvc_head_sum(), kvc_softmax_lazy(),
 //     kvc_transpose_p(), kvc_p_frag()) and their end (KVC_STORE_WARP_STATE, kvc_merge_warps()), and the code
 //     operands kvc_qk_pair() / kvc_f_pair() / kvc_code_pair() / kvc_prmt().
@@ -260,6 +260,15 @@ inline uint kvc_pack_half2(float x0, float x1) {
     KVC_ASM("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
     return r;
 }
+// x0, x1 as one f16x2 register: as f16 (lo = 0) or what f16 missed of them (lo = 1). An fp32 operand goes
+// into the f16 mma as such a (hi, lo) pair of columns, which keeps its products at fp32 precision.
+inline uint kvc_split_pair(float x0, float x1, int lo) {
+    if (lo) {
+        x0 -= kvc_round_half(x0);
+        x1 -= kvc_round_half(x1);
+    }
+    return kvc_pack_half2(x0, x1);
+}
 inline float kvc_shfl_xor(float x, int mask) {
     float r;
     KVC_ASM volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(x), "r"(mask));
@@ -327,37 +336,35 @@ inline void kvc_transpose_p(float p0, float p1, int g, int t, float * w) {
     w[3] = kvc_shfl_idx(p1, src + 4);
 }
 inline void kvc_p_frag(float x0, float x1, float x2, float x3, int lo, uint * b0, uint * b1) {
-    if (lo) {
-        x0 -= kvc_round_half(x0);
-        x1 -= kvc_round_half(x1);
-        x2 -= kvc_round_half(x2);
-        x3 -= kvc_round_half(x3);
-    }
-    *b0 = kvc_pack_half2(x0, x1);
-    *b1 = kvc_pack_half2(x2, x3);
+    *b0 = kvc_split_pair(x0, x1, lo);
+    *b1 = kvc_split_pair(x2, x3, lo);
 }
 
-// The end of a per-warp decode work-group. KVC_STORE_WARP_STATE: lane (g, t)'s output accumulators o[4m ..
-// 4m + 3] (m-tile m < n_mt: channel 16m + 2g from the hi and lo columns, then channel 16m + 2g + 1) of head t go
-// to sm_o[(warp * 4 + t) * stride + channel], and (lanes g == 0) the head's running max and sum to
-// sm_m / sm_l[warp * 4 + t]. (A macro: as a function taking the accumulator array, clang kept the quantized
-// kernel's whole state in private memory.) kvc_merge_warps, after a barrier: head h's channel d over the nw
-// warps (with_o == 0: the max and sum alone); returns the combined unnormalized output, *mx the combined max
-// (log2 units) and *l the sum.
-#define KVC_STORE_WARP_STATE(sm_o, sm_m, sm_l, o, n_mt, stride, warp, g, t, m, l)                       \
+// The end of a per-warp decode work-group, its warps' states in local memory from sm on: outputs
+// [nw][4][stride] floats, then maxima [nw][4] (KVC_WARP_M), then sums [nw][4] (KVC_WARP_L).
+// KVC_STORE_WARP_STATE: lane (g, t)'s output accumulators o[4m .. 4m + 3] (m-tile m < n_mt: channel 16m + 2g from
+// the hi and lo columns, then channel 16m + 2g + 1) of head t go to row warp * 4 + t, and (lanes g == 0) the
+// head's running max and sum to its maxima and sums. (A macro: as a function taking the accumulator array, clang
+// kept the quantized kernel's whole state in private memory.) kvc_merge_warps, after a barrier: head h's channel
+// d over the nw warps (with_o == 0: the max and sum alone); returns the combined unnormalized output, *mx the
+// combined max (log2 units) and *l the sum.
+#define KVC_WARP_M(sm, nw, stride) ((sm) + (nw) * 4 * (stride))
+#define KVC_WARP_L(sm, nw, stride) (KVC_WARP_M(sm, nw, stride) + (nw) * 4)
+#define KVC_STORE_WARP_STATE(sm, o, n_mt, nw, stride, warp, g, t, m, l)                                  \
     do {                                                                                              \
         _Pragma("unroll") for (int mt_ = 0; mt_ < (n_mt); ++mt_) {                                   \
-            (sm_o)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g)] = (o)[4 * mt_] + (o)[4 * mt_ + 1]; \
-            (sm_o)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g) + 1] =                            \
-                (o)[4 * mt_ + 2] + (o)[4 * mt_ + 3];                                                  \
+            (sm)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g)] = (o)[4 * mt_] + (o)[4 * mt_ + 1];   \
+            (sm)[((warp) * 4 + (t)) * (stride) + 16 * mt_ + 2 * (g) + 1] = (o)[4 * mt_ + 2] + (o)[4 * mt_ + 3]; \
         }                                                                                             \
         if ((g) == 0) {                                                                               \
-            (sm_m)[(warp) * 4 + (t)] = (m);                                                           \
-            (sm_l)[(warp) * 4 + (t)] = (l);                                                           \
+            KVC_WARP_M(sm, nw, stride)[(warp) * 4 + (t)] = (m);                                       \
+            KVC_WARP_L(sm, nw, stride)[(warp) * 4 + (t)] = (l);                                       \
         }                                                                                             \
     } while (0)
-inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m, local const float * sm_l, int nw,
-                             int stride, int h, int d, int with_o, float * mx, float * l) {
+inline float kvc_merge_warps(local const float * sm, int nw, int stride, int h, int d, int with_o, float * mx,
+                             float * l) {
+    local const float * sm_m = KVC_WARP_M(sm, nw, stride);
+    local const float * sm_l = KVC_WARP_L(sm, nw, stride);
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < nw; ++w) m = fmax(m, sm_m[w * 4 + h]);
@@ -367,7 +374,7 @@ inline float kvc_merge_warps(local const float * sm_o, local const float * sm_m,
         const float mw = sm_m[w * 4 + h];
         const float f = mw == -INFINITY ? 0.0f : native_exp2(mw - m);
         lt += f * sm_l[w * 4 + h];
-        if (with_o) ot += f * sm_o[(w * 4 + h) * stride + d];
+        if (with_o) ot += f * sm[(w * 4 + h) * stride + d];
     }
     *mx = m;
     *l = lt;
@@ -387,13 +394,12 @@ inline void kvc_stage_q(local float * q_l, global const float * qg, int kw, int 
 // The end of a per-warp ragged decode task (kvc_adr_warps, kvc_adr_q4_warps, kvc_adp_warps), after
 // KVC_STORE_WARP_STATE and a barrier: each of the gb heads' outputs and (m, l) merged over the nw warps
 // (kvc_merge_warps), written by the work-group's nt work-items as kvc_ragged_task_output writes them.
-inline void kvc_ragged_warps_output(local const float * sm_o, local const float * sm_m, local const float * sm_l,
-                                    int nw, int stride, int gb, int nt, int vw, int n_in_list,
+inline void kvc_ragged_warps_output(local const float * sm, int nw, int stride, int gb, int nt, int vw, int n_in_list,
                                     global float * out_h0, global float * part, ulong prow0, int mw, ulong ml_off) {
     for (int i = get_local_id(0); i < gb * vw + gb; i += nt) {
         const int h = i < gb * vw ? i / vw : i - gb * vw, d = i % vw;
         float mx, lt;
-        const float ot = kvc_merge_warps(sm_o, sm_m, sm_l, nw, stride, h, d, i < gb * vw, &mx, &lt);
+        const float ot = kvc_merge_warps(sm, nw, stride, h, d, i < gb * vw, &mx, &lt);
         if (i < gb * vw) {
             if (n_in_list == 1)
                 out_h0[h * vw + d] = lt > 0.0f ? ot / lt : 0.0f;
@@ -417,12 +423,7 @@ inline void kvc_ragged_warps_output(local const float * sm_o, local const float 
 //     or merge two tokens' bytes with kvc_prmt, so that pairs are);
 //   kvc_prmt: bytes of (b:a) picked by the selector's nibbles (PTX prmt.b32).
 inline uint kvc_qk_pair(local const float * qh, local const half * kstep, int c, int dc, int lo) {
-    float x0 = qh[c] * vload_half(c, kstep), x1 = qh[c + dc] * vload_half(c + dc, kstep);
-    if (lo) {
-        x0 -= kvc_round_half(x0);
-        x1 -= kvc_round_half(x1);
-    }
-    return kvc_pack_half2(x0, x1);
+    return kvc_split_pair(qh[c] * vload_half(c, kstep), qh[c + dc] * vload_half(c + dc, kstep), lo);
 }
 inline uint kvc_f_pair(uint x, int bits) {
     const uint mask = (1u << bits) - 1u, e = (uint)(bits + 15) << 10;

@@ -48,6 +48,14 @@ palu_config choose_config(const cl_backend & be, const attn_decode_palu_params &
     return c;
 }
 
+// The arguments of both Palu kernels (attn_decode_palu.cl's list).
+void set_palu_args(cl_kernel k, const op_desc & op, const split_partials & sp) {
+    const auto & p = op.get<attn_decode_palu_params>();
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]), arg(op.src[5]),
+             arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(op.dst[0]), sp.part, sp.ml_off,
+             to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), cl_float(p.scale * kLog2e));
+}
+
 // The warp kernel (kvc_adp_warps): warps per work-group, query heads per work-group at most (the mma's 8
 // columns are (hi, lo) of 4 heads), the widest latent it takes (B_c fragments of up to 8 latent steps,
 // accumulators of up to 8 m-tiles).
@@ -109,23 +117,17 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("PAGE_SIZE", p.kv.page_size)
         .add("NW", kWarps)
         .add("KVC_ASM", c.asm_kw);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    const split_partials sp = task_partials_for(be, op.dst[0], p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
-        cl_kernel k = be.kernel("attn_decode_palu_mma.cl", defs, "kvc_adp_warps");
         const size_t local_size = 32 * kWarps;
-        if (be.kernel_wg_limit(k) < local_size)
-            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adp_warps with at most ",
-                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
-        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(out),
-                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
-                 cl_float(p.scale * kLog2e));
+        cl_kernel k =
+            be.kernel_for_local_size("attn_decode_palu_mma.cl", defs, "kvc_adp_warps", local_size, describe(op));
+        set_palu_args(k, op, sp);
         const size_t local[2] = {local_size, 1};
         const size_t global[2] = {local_size * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
-    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, sp);
 }
 
 }  // namespace
@@ -162,19 +164,15 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op) {
         .add("ROT", p.rot_dim)
         .add("STYLE", int(p.style))
         .add("PAGE_SIZE", p.kv.page_size);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    const split_partials sp = task_partials_for(be, op.dst[0], p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_palu.cl", defs, "kvc_attn_decode_palu");
-        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.src[9]), arg(out),
-                 part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
-                 cl_float(p.scale * kLog2e));
+        set_palu_args(k, op, sp);
         const size_t local[1] = {size_t(c.nt)};
         const size_t global[1] = {size_t(c.nt) * size_t(p.n_tasks)};
         be.launch(k, 1, global, local);
     }
-    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, sp);
 }
 
 }  // namespace kvcomp::cl

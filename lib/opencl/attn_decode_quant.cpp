@@ -177,10 +177,7 @@ void run_attn_decode_quant(cl_backend & be, const op_desc & op) {
     if (warps_asm) {
         defs.add("NW", kWarps).add("KVC_ASM", warps_asm);
         if (wc.bulk) defs.add("KVC_BULK", 1);
-        k = be.kernel("attn_decode_quant_mma.cl", defs, "kvc_adq_warps");
-        if (be.kernel_wg_limit(k) < local_size)
-            KVCOMP_THROW(status::device_error, describe(op), ": the device runs kvc_adq_warps with at most ",
-                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
+        k = be.kernel_for_local_size("attn_decode_quant_mma.cl", defs, "kvc_adq_warps", local_size, describe(op));
     } else {
         // NT sizes local arrays (compile-time); fall back to smaller work-groups (>= head_dim / 4) when
         // the device cannot run the kernel with NT work-items.

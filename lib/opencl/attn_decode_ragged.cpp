@@ -86,6 +86,21 @@ q4_config choose_q4_config(const cl_backend & be, const attn_decode_ragged_param
     return c;
 }
 
+// The arguments of every ragged decode kernel (portable and per-warp alike): attn_decode_ragged.cl's list, with
+// the K and V row bytes before the scale for q4 pages.
+void set_ragged_args(cl_kernel k, const op_desc & op, const split_partials & sp) {
+    const auto & p = op.get<attn_decode_ragged_params>();
+    const auto set = [&](auto... tail) {
+        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(op.dst[0]), sp.part, sp.ml_off,
+                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), tail...);
+    };
+    if (p.kv.bits == 4)
+        set(to_int(p.kv.k_row_bytes), to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
+    else
+        set(cl_float(p.scale * kLog2e));
+}
+
 // q4 pages: one work-group per (task, sub-group of GB query heads).
 void run_q4(cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
@@ -98,19 +113,15 @@ void run_q4(cl_backend & be, const op_desc & op) {
         .add("MW", c.mw)
         .add("PAGE_SIZE", p.kv.page_size)
         .add("V_UNROLL", c.v_unroll);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, p.kv.max_width);
+    const split_partials sp = task_partials_for(be, op.dst[0], p.n_tasks, g, p.kv.max_width);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_ragged_q4.cl", defs, "kvc_attn_decode_ragged_q4");
-        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), to_int(p.kv.k_row_bytes),
-                 to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
+        set_ragged_args(k, op, sp);
         const size_t local[2] = {size_t(c.nt), 1};
         const size_t global[2] = {size_t(c.nt) * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
-    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, sp);
 }
 
 // The warp kernels (kvc_adr_warps for f16 pages, kvc_adr_q4_warps for 4-bit pages): warps per work-group,
@@ -174,29 +185,18 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("NW", kWarps)
         .add(q4 ? "STAGE_B" : "STAGE_H", q4 ? c.stage_bytes : c.stage_bytes / 2)
         .add("KVC_ASM", c.asm_kw);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    const split_partials sp = task_partials_for(be, op.dst[0], p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
-        const char * name = q4 ? "kvc_adr_q4_warps" : "kvc_adr_warps";
-        cl_kernel k = be.kernel(q4 ? "attn_decode_ragged_q4_mma.cl" : "attn_decode_ragged_mma.cl", defs, name);
         const size_t local_size = 32 * kWarps;
-        if (be.kernel_wg_limit(k) < local_size)
-            KVCOMP_THROW(status::device_error, describe(op), ": the device runs ", name, " with at most ",
-                         be.kernel_wg_limit(k), " work-items, fewer than its ", local_size);
-        const auto set = [&](auto... tail) {  // the portable kernels' arguments (run_q4, run_attn_decode_ragged)
-            set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                     arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                     to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total), tail...);
-        };
-        if (q4)
-            set(to_int(p.kv.k_row_bytes), to_int(p.kv.v_row_bytes), cl_float(p.scale * kLog2e));
-        else
-            set(cl_float(p.scale * kLog2e));
+        cl_kernel k = be.kernel_for_local_size(q4 ? "attn_decode_ragged_q4_mma.cl" : "attn_decode_ragged_mma.cl",
+                                               defs, q4 ? "kvc_adr_q4_warps" : "kvc_adr_warps", local_size,
+                                               describe(op));
+        set_ragged_args(k, op, sp);
         const size_t local[2] = {local_size, 1};
         const size_t global[2] = {local_size * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
-    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, sp);
 }
 
 }  // namespace
@@ -267,19 +267,15 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
         .add("VEC", c.vec)
         .add("PAGE_SIZE", p.kv.page_size)
         .add("V_UNROLL", c.v_unroll);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = task_partials_for(be, out, p.n_tasks, g, c.mw);
+    const split_partials sp = task_partials_for(be, op.dst[0], p.n_tasks, g, c.mw);
     if (p.n_tasks > 0) {
         cl_kernel k = be.kernel("attn_decode_ragged.cl", defs, "kvc_attn_decode_ragged");
-        set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-                 arg(op.src[5]), arg(op.src[6]), arg(op.src[7]), arg(op.src[8]), arg(out), part, ml_off,
-                 to_int(p.kv.n_kv_heads), to_int(p.kv.k_total), to_int(p.kv.v_total),
-                 cl_float(p.scale * kLog2e));
+        set_ragged_args(k, op, sp);
         const size_t local[2] = {size_t(c.nt), 1};
         const size_t global[2] = {size_t(c.nt) * size_t(p.n_tasks), size_t(g / c.gb)};
         be.launch(k, 2, global, local);
     }
-    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, {part, ml_off});
+    merge_ragged_tasks(be, op, p.kv, p.batch, p.n_q_heads, sp);
 }
 
 void merge_ragged_tasks(cl_backend & be, const op_desc & op, const ragged_layout & kv, int64_t batch,

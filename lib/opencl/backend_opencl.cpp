@@ -378,6 +378,15 @@ cl_kernel cl_backend::kernel(const char * file, const defines & defs, const char
     return k;
 }
 
+cl_kernel cl_backend::kernel_for_local_size(const char * file, const defines & defs, const char * kname,
+                                            size_t local_size, const std::string & what) {
+    cl_kernel k = kernel(file, defs, kname);
+    if (kernel_wg_limit(k) < local_size)
+        KVCOMP_THROW(status::device_error, what, ": the device runs ", kname, " with at most ", kernel_wg_limit(k),
+                     " work-items, fewer than its ", local_size);
+    return k;
+}
+
 size_t cl_backend::kernel_wg_limit(cl_kernel k) const {
     size_t n = 0;
     KVCOMP_CL_CHECK(clGetKernelWorkGroupInfo(k, dev_->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(n), &n, nullptr));

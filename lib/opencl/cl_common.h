@@ -126,6 +126,11 @@ class cl_backend final : public backend {
     // (may be below CL_DEVICE_MAX_WORK_GROUP_SIZE, e.g. for kernels with large private or local use).
     size_t kernel_wg_limit(cl_kernel k) const;
 
+    // kernel(), for a kernel that runs only with `local_size` work-items (the per-warp decodes, whose warps are
+    // fixed when they compile): a device_error naming `what` (the op) when the device allows fewer.
+    cl_kernel kernel_for_local_size(const char * file, const defines & defs, const char * name, size_t local_size,
+                                    const std::string & what);
+
     // Enqueues k over `global` (rounded up to a multiple of `local` per axis; local may be null).
     void launch(cl_kernel k, unsigned dims, const size_t * global, const size_t * local);
 
