@@ -171,9 +171,9 @@ _TABLES = [
      "`prmt`, `pipe` the next step's scores computed before this step's values (CUDA's order). Op tests of "
      "attn_decode_ragged 34/34 on the driver for each variant. The ratios are the first column's time over each "
      "other's (above 1: slower): both changes together took 1.13-1.14× `plain`'s time at p50 and the same at "
-     "p70; each alone was slower at p50 too (clang's NVPTX had 8-10 % fewer instructions with ldmatrix). The "
-     "`ldmatrix` is volatile inline assembly, which NVIDIA's compiler may not move past the step's other volatile "
-     "`mma`: a guess, not measured. Not merged; the branch is `wip/ocl-ragged-ldmatrix`.",
+     "p70; each alone was slower at p50 too, although clang's NVPTX had 7-9 % fewer instructions with ldmatrix "
+     "(MW 64 / 128). Why was not measured (`docs/kernel_notes.md` gives a guess). Not merged; the branch is "
+     "`wip/ocl-ragged-ldmatrix`.",
      ),
     ("bench_ops_ocl_palu_warps_h200.csv",
      "### Palu's OpenCL decode on the tensor cores (H200, NVIDIA's driver and CUDA, interleaved A/B)",
