@@ -63,7 +63,6 @@
 #define MERGE_F (NW * 4 * QW + 2 * NW * 4)
 #define BASIS_Q (NCB * MK * 32)                                             // uint4 fragments
 #define AREA_Q (4 * BASIS_Q >= MERGE_F ? BASIS_Q : (MERGE_F + 3) / 4)  // uint4s
-#define KVC_INLINE __attribute__((always_inline)) inline
 
 // (cos, sin) of pos * theta: the angle formed and reduced to [-pi, pi] in fp64 where the device has it
 // (positions up to 2^31 keep ~1e-7 absolute phase error, as attn_decode_palu.cl's fp64 base), then the

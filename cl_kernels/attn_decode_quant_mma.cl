@@ -51,7 +51,6 @@
 #endif
 #define MERGE_V4 ((NW * 4 * QB_HD + 2 * NW * 4) / 4)
 #define AREA_V4 (NW * STAGE_V4 > MERGE_V4 ? NW * STAGE_V4 : MERGE_V4)
-#define KVC_INLINE __attribute__((always_inline)) inline
 
 // Per-lane state: lane (g, t) keeps head t. o[4m + k]: mma accumulator of m-tile m (k = 0, 1: channel
 // 16m + 2g, hi and lo columns; 2, 3: channel 16m + 2g + 1). ob: the current block's part (QB_CS).

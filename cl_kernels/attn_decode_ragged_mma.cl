@@ -33,17 +33,6 @@
 #define QW (16 * MK)           // staged q row (floats; zeros past the head's width)
 #define MERGE_F (NW * 4 * QW + 2 * NW * 4)
 #define AREA_H (NW * STAGE_H > 2 * MERGE_F ? NW * STAGE_H : 2 * MERGE_F)  // halves, a multiple of 8
-#define KVC_INLINE __attribute__((always_inline)) inline
-
-// 16 bytes from global to local memory without the registers (cp.async.cg), waited for by
-// kvc_cp_async_wait (this lane's copies; a warp sync then makes every lane's visible to the warp).
-KVC_INLINE void kvc_cp_async16(local ushort * dst, global const ushort * src) {
-    KVC_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"l"((ulong)dst), "l"((ulong)src) : "memory");
-}
-KVC_INLINE void kvc_cp_async_wait(void) {
-    KVC_ASM volatile("cp.async.wait_all;" ::: "memory");
-}
-
 // Rows [0, n) of one head (width w, padded to wp = whole 16-channel steps, stride sr halves in the stage) of the
 // tile starting at token tok0 into dst. A token's row is at page * page_elems + head_elems + slot * w in
 // pages. vec: 16-byte chunks (w, the offsets and the page stride multiples of 8 halves); lane l copies

@@ -35,15 +35,11 @@
 #define SLACK 16
 #define MERGE_F (NW * 4 * QW + 2 * NW * 4)
 #define AREA_B (NW * STAGE_B > 4 * MERGE_F ? NW * STAGE_B : 4 * MERGE_F)  // bytes, a multiple of 16
-#define KVC_INLINE __attribute__((always_inline)) inline
 
 // 4 bytes from global to local memory without the registers (cp.async.ca), waited for with kvc_cp_async_wait
-// (this lane's copies; a warp sync then makes every lane's visible to the warp).
+// (common.cl).
 KVC_INLINE void kvc_cp_async4(local uint * dst, global const uint * src) {
     KVC_ASM volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"l"((ulong)dst), "l"((ulong)src) : "memory");
-}
-KVC_INLINE void kvc_cp_async_wait(void) {
-    KVC_ASM volatile("cp.async.wait_all;" ::: "memory");
 }
 
 // Rows [0, n) of the tile at token tok0 of one head (rb bytes a row; its run in a page at head_b bytes, a page

@@ -293,6 +293,29 @@ inline void kvc_warp_sync(void) {
     KVC_ASM volatile("bar.warp.sync 0xffffffff;" ::: "memory");
 }
 
+#define KVC_INLINE __attribute__((always_inline)) inline
+
+// 16 bytes from global to local memory without the registers (cp.async.cg). kvc_cp_async16_fill copies the
+// first src_bytes of them (0 or 16) and zeroes the rest, so a masked slot costs no read. kvc_cp_async_wait
+// waits for all of this lane's copies; in a ring, kvc_cp_async_commit closes a group of them and
+// KVC_CP_ASYNC_WAIT_GROUP(n) (n a literal or a macro of one) waits until at most n groups are in flight. A
+// lane sees its own copies after the wait, other lanes' after a warp sync as well.
+KVC_INLINE void kvc_cp_async16(local void * dst, global const void * src) {
+    KVC_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"l"((ulong)dst), "l"((ulong)src) : "memory");
+}
+KVC_INLINE void kvc_cp_async16_fill(local void * dst, global const void * src, int src_bytes) {
+    KVC_ASM volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"l"((ulong)dst), "l"((ulong)src), "r"(src_bytes)
+                     : "memory");
+}
+KVC_INLINE void kvc_cp_async_wait(void) {
+    KVC_ASM volatile("cp.async.wait_all;" ::: "memory");
+}
+KVC_INLINE void kvc_cp_async_commit(void) {
+    KVC_ASM volatile("cp.async.commit_group;" ::: "memory");
+}
+#define KVC_CP_ASYNC_WAIT_GROUP(n) KVC_CP_ASYNC_WAIT_GROUP_(n)
+#define KVC_CP_ASYNC_WAIT_GROUP_(n) KVC_ASM volatile("cp.async.wait_group " #n ";" ::: "memory")
+
 // The per-warp tensor-core decodes (attn_decode_quant_mma.cl, attn_decode_ragged_mma.cl) keep the mma
 // layout of cuda_backend's kernels: lane (g, t) = (lane / 4, lane % 4) holds query head t's scores of two
 // tile rows, g and g + 8, and the 8 lanes of a head share its running max.

@@ -49,6 +49,11 @@ support inline_ptx_mma(backend & be);
 // and diagnostics; invalid_argument when `be` is not OpenCL.
 std::string attn_decode_quant_kernel(backend & be, const qblock_layout & q);
 
+// The kernel that attn_decode runs for p on be's device (K / V views 16-byte aligned, as the engine's):
+// "kvc_attn_decode_warps" (attn_decode_warps.cl) or "kvc_attn_decode_split" (attn_decode.cl), by the launcher's
+// own rules and environment switches. For tests and diagnostics; invalid_argument when `be` is not OpenCL.
+std::string attn_decode_kernel(backend & be, const attn_decode_params & p);
+
 // The kernel that attn_decode_ragged runs for p on be's device: "kvc_adr_warps" (attn_decode_ragged_mma.cl),
 // "kvc_attn_decode_ragged" (attn_decode_ragged.cl) or "kvc_attn_decode_ragged_q4" (4-bit pages), by the
 // launcher's own rules and environment switches. For tests and diagnostics; invalid_argument when `be` is
