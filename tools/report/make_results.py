@@ -36,8 +36,8 @@ from ocl_gemm_section import SOURCES as OCL_GEMM_E2E, ocl_gemm_section  # noqa: 
 from ocl_tensor_core_section import SOURCES as OCL_TC_E2E, ocl_tensor_core_section  # noqa: E402
 from ocl_softmax_section import ocl_softmax_section  # noqa: E402
 from ocl_e2e_section import (SOURCES as OCL_E2E_SOURCES, ocl_bulk_16x32k_section, ocl_e2e_section,  # noqa: E402
-                             ocl_projection_section, ocl_q4_palu_section, ocl_quant_warps_section,
-                             ocl_ragged_warps_section)
+                             ocl_decode_warps_section, ocl_projection_section, ocl_q4_palu_section,
+                             ocl_quant_warps_section, ocl_ragged_warps_section)
 from launch_section import launch_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
@@ -420,6 +420,7 @@ out += ocl_quant_warps_section(d)
 out += ocl_bulk_16x32k_section(d)
 out += ocl_ragged_warps_section(d)
 out += ocl_q4_palu_section(d)
+out += ocl_decode_warps_section(d)
 probe_rows = probe_kernel_table(d)
 if probe_rows:
     out += ["### Saliency kernel (probe_scores, bench_ops, same visit)", "",

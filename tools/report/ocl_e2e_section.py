@@ -21,6 +21,9 @@
                               ran out before CUDA's none and f16 pages; visit 129);
   bench_e2e_ocl_palu_warps_h200.csv  palu (its decode on kvc_adp_warps) and fdc p = 0.5 at 1 × 32K, palu at
                               16 × 32K (fdc's run there was cut by the call's limit; visit 130);
+  bench_e2e_ocl_decode_warps_h200.csv  none (the fp16 decode on kvc_attn_decode_warps, and with
+                              KVCOMP_CL_DECODE_WARPS=0), fdc and palu p = 0.5 at 16 × 32K (visit 131);
+  bench_e2e_cuda_16x32k_h200.csv  none, fdc and palu p = 0.5 at 16 × 32K on cuda:0 (visit 131, the same machine);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -37,9 +40,11 @@ RAGGED_16X32K_SOURCE = "bench_e2e_ocl_ragged_warps_16x32k_h200.csv"
 RAGGED_1X32K_SOURCE = "bench_e2e_ocl_ragged_warps_1x32k_h200.csv"
 Q4_16X32K_SOURCE = "bench_e2e_lowrank_q4_16x32k_h200.csv"
 PALU_WARPS_SOURCE = "bench_e2e_ocl_palu_warps_h200.csv"
+DECODE_WARPS_SOURCE = "bench_e2e_ocl_decode_warps_h200.csv"
+CUDA_16X32K_SOURCE = "bench_e2e_cuda_16x32k_h200.csv"
 # A tuple, as the other modules' (make_results.py adds them up).
 SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE, RAGGED_16X32K_SOURCE,
-           RAGGED_1X32K_SOURCE, Q4_16X32K_SOURCE, PALU_WARPS_SOURCE)
+           RAGGED_1X32K_SOURCE, Q4_16X32K_SOURCE, PALU_WARPS_SOURCE, DECODE_WARPS_SOURCE, CUDA_16X32K_SOURCE)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -393,4 +398,45 @@ def ocl_q4_palu_section(data_dir):
             r = palu16["tbt_ms"] / fdc16["tbt_ms"]
             out += _summary("Palu TBT (visit 130) over FDC TBT (visit 129)", "target ≥ 1.5 at 32K",
                             [("16 × 32768", r, r >= 1.5)])
+    return out
+
+
+def ocl_decode_warps_section(data_dir):
+    """Visit 131: none, fdc and palu at 16 × 32K with the fp16 cache's decode on kvc_attn_decode_warps, then the
+    same three on CUDA (the same machine, one visit)."""
+    out = []
+    opened = _opening(data_dir, DECODE_WARPS_SOURCE,
+                      "### The methods at 16 × 32K with the per-warp fp16 decode, OpenCL and CUDA in one visit "
+                      "(kvcomp bench, H200)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 131, one machine for both tables), batch 16 × "
+                      "32K, 16 generated tokens, prompts prefilled four at a time, one run each: none, its fp16 decode "
+                      "on `kvc_attn_decode_warps` (\"The OpenCL fp16 decode with per-warp streams\" above) and, "
+                      "`decode_warps=0`, on the portable kernel of every earlier OpenCL table (the same binary with "
+                      "`KVCOMP_CL_DECODE_WARPS=0`); fdc and palu at p = 0.5 (calibrations of 8192 random tokens made on "
+                      "cuda:0 in the visit), their decodes on `kvc_adr_warps` and `kvc_adp_warps`. So this is the "
+                      "first OpenCL table whose FDC-against-Palu ratio at 16 × 32K comes from one visit (visit 130's "
+                      "crossed two), and whose none decodes at a CUDA-like design.")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        out += _summary("TBT over none's (the per-warp fp16 decode)", "the decode step",
+                        [(f"{m}{' ' + o if o else ''}", r, None) for m, o in (("none", "decode_warps=0"),
+                                                                             ("fdc", "p=0.5"), ("palu", "p=0.5"))
+                         for _, _, r in _ratios(pts, (m, o), ("none", ""), "tbt_ms")])
+        out += _summary("Palu TBT over FDC TBT, same visit", "target ≥ 1.5 at 32K",
+                        _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
+        out += _summary("FDC TTFT over none's", "target ≤ 1.05",
+                        _judged(pts, ("fdc", "p=0.5"), ("none", ""), "ttft_ms", lambda r: r <= 1.05))
+    opened = _opening(data_dir, CUDA_16X32K_SOURCE,
+                      "### The same three methods on CUDA (kvcomp bench, H200, visit 131)",
+                      "; the machine and calibrations of the table above), batch 16 × 32K, 16 generated tokens, one "
+                      "run each. CUDA's none, which visit 129 could not run, next to fdc with f16 pages and palu.")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        out += _summary("TBT over none's", "the decode step",
+                        [(f"{m} {o}", r, None) for m, o in (("fdc", "p=0.5"), ("palu", "p=0.5"))
+                         for _, _, r in _ratios(pts, (m, o), ("none", ""), "tbt_ms")])
+        out += _summary("Palu TBT over FDC TBT, same visit", "target ≥ 1.5 at 32K",
+                        _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
     return out

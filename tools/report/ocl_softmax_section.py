@@ -109,6 +109,27 @@ def commits_table(rows, title, caption):
 
 # (file, title, caption); {device}, {backend}, {date} and {file} are filled from the file's rows.
 _TABLES = [
+    ("bench_ops_ocl_decode_warps_h200.csv",
+     "### The OpenCL fp16 decode with per-warp streams (H200, NVIDIA's driver and CUDA, interleaved A/B)",
+     "`bench_ops --cold --sweeps fp16` on {device} ({date}; 32 query / 8 KV heads, head dim 128, pages of 16), two "
+     "passes of each OpenCL variant one after the other, then one CUDA run of the same binary (`docs/data/{file}`, "
+     "mean; visit 131): `93f3022`'s default on opencl:1 (the first column: `attn_decode_warps.cl`'s "
+     "`kvc_attn_decode_warps`, CUDA's `attn_decode` kernel written in OpenCL C with inline PTX: each warp streams "
+     "its own tokens, every lane copying one 16-byte chunk of K and of V per token into its own slots of a "
+     "two-stage `cp.async` ring, scores reduce-scattered over the 16 lanes of a row by shuffles, no barrier until "
+     "the end), with `KVCOMP_CL_DECODE_WARPS=0` (the second: `attn_decode.cl`'s `kvc_attn_decode_split`, the "
+     "portable kernel every earlier OpenCL table's fp16 rows and `none` ran, whose work-group shares each 64-token "
+     "tile through local memory with three barriers) and, in the column headed by the full commit, cuda:0 "
+     "(`attn_decode.cu`). Op tests of attn_decode 14/14 on the driver with either kernel and a fresh program "
+     "cache, no private memory in the 6 `kvc_attn_decode_warps` programs built, `OpenCLDecodeKernel` passed "
+     "(`docs/data/ocl_decode_warps_checks_h200.log`); the driver reports 128 registers and no spills for the "
+     "variant of these rows (GQA sub-groups of 4; 194 for sub-groups of 8), in "
+     "`docs/data/ocl_build_log_verbose_h200.log`. The new kernel takes 0.56-0.79 of the portable one's time; at "
+     "batch 16 from 32K it reads the cache at 0.86-0.89 of the copy bandwidth (0.63-0.65 before), and takes "
+     "1.14-1.15× the time of CUDA's (0.99-1.02 of copy); at batch 1, 1.23-1.33×. The methods' OpenCL speed-ups "
+     "over `none` in the tables before this one are therefore against a 1.3-1.4× slower fp16 decode at batch 16; "
+     "\"The methods at 16 × 32K with the per-warp fp16 decode\" below repeats the end-to-end comparison.",
+     ),
     ("bench_ops_ocl_ragged_warps_h200.csv",
      "### The OpenCL ragged decode with per-warp streams on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --cold --sweeps fp16,lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, per-KV-head "
@@ -192,6 +213,17 @@ _TABLES = [
      "against CUDA's it takes 1.08-1.34× the time at p50 and at batch 1, 0.83-0.88× at batch 16 p70. So OpenCL's "
      "FDC-against-Palu comparisons now measure tensor-core kernels on both sides: Palu's decode takes 1.8-3.1× "
      "FDC's on the driver and 2.5-3.7× on CUDA (16 × 32K p50: 2.95× and 2.55×).",
+     ),
+    ("bench_ops_ocl_palu_maxrreg_h200.csv",
+     "### Experiment: Palu's OpenCL decode under -cl-nv-maxrregcount=168 (H200, NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --cold --sweeps lowrank --sweep-rows decode_palu_p50` on {device} ({backend}, {date}), two passes "
+     "of each variant one after the other (`docs/data/{file}`, mean; visit 131): `93f3022`'s `kvc_adp_warps` "
+     "built by default and with `KVCOMP_CL_BUILD_OPTIONS=-cl-nv-maxrregcount=168`, the experiment "
+     "`docs/kernel_notes.md` proposed from clang's register estimate (221 registers at p50, which would leave 2 "
+     "work-groups per SM). No change (1.000-1.005×): NVIDIA's driver itself gives every variant of `kvc_adp_warps` "
+     "in the op tests with head dim 128 and latents 128 wide (p50's widest) 124-128 registers without spills (`-cl-nv-verbose`, same visit, "
+     "`docs/data/ocl_build_log_verbose_h200.log`), so the limit never bound and the estimate was wrong for this "
+     "kernel by about 90 registers. Why Palu's p50 decode on OpenCL stays slower than CUDA's is still open.",
      ),
     ("bench_ops_ocl_quant_warps_h100.csv",
      "### The OpenCL quantized decode with per-warp streams on the tensor cores (H100, NVIDIA's driver, "
