@@ -3,7 +3,9 @@
 # clang's OpenCL front end and NVPTX back end (with libclc's builtins linked in) write PTX, and the CUDA
 # toolkit's ptxas assembles it for sm_90 with -v. NVIDIA's driver compiles the same source with its own front
 # end, so the counts are an estimate of what the driver's ptxas reports; on the GPU host the real ones come
-# from KVCOMP_CL_BUILD_OPTIONS=-cl-nv-verbose KVCOMP_CL_BUILD_LOG=1 (README, environment variables).
+# from KVCOMP_CL_BUILD_OPTIONS=-cl-nv-verbose KVCOMP_CL_BUILD_LOG=1 (README, environment variables). Checked
+# against those in visit 131 (docs/kernel_notes.md, "Registers of the per-warp decodes"): the estimates of the
+# per-warp decodes were 20-90 registers above the driver's, so use it for spills and private memory, not counts.
 #
 # Usage: tools/report/cl_registers_estimate.sh KERNEL_FILE DEFINES [MAXREG ...]
 #   KERNEL_FILE  a file of cl_kernels/ (common.cl is prepended, as lib/opencl/program_cache.cpp does)
