@@ -164,6 +164,22 @@ _TABLES = [
      "(34/34). The last column is `4,1`'s time over `2,2`'s (below 1: `4,1` faster): `2,2` took 1.08-1.26× the time of `4,1`, and the schedule at 4 × was slower than at 8 × at three of "
      "the four points. Reverted; the diff is `docs/data/ocl_ragged_ring.patch`.",
      ),
+    ("bench_ops_ocl_ragged_ring2_h200.csv",
+     "### Experiment, not kept: the per-warp ragged decode with a ring of 2 smaller stages (H200, NVIDIA's driver)",
+     "`bench_ops --cold --sweeps lowrank --sweep-rows lowrank_balanced_p` on {device} ({backend}, {date}), two passes "
+     "of each variant one after the other (`docs/data/{file}`, mean; visit 132): `2f51d27` (branch "
+     "`wip/ocl-ragged-ring3`, the diff is `docs/data/ocl_ragged_ring2.patch`), whose `kvc_adr_warps` took "
+     "`KVCOMP_CL_RAGGED_RING=NW,NS`: the default is the kernel above (4 warps, 1 stage of 8.5 KiB each); `3,2` and "
+     "`4,2` give each warp 2 stages, the copies of its next tile in flight while it computes one, as CUDA's "
+     "`attn_decode_ragged_mma.cu` does with its 7 KiB stages. The driver's 48 KiB of local memory per work-group "
+     "holds that only with smaller stages: 7.7 KiB at 3 warps (16 rows of p50's widest pair of heads), 5.8 KiB at "
+     "4 warps (the widest heads then get 8-row tiles). Unlike the table above (2 warps with 2 stages), these keep "
+     "the stages' total per SM. Op tests of attn_decode_ragged 34/34 on the driver with each, fresh program caches. "
+     "Both are slower at batch 16 (0.84-0.90×: the last columns are the default's time over theirs) and "
+     "0.92-1.04× at batch 1. Why was not measured. A guess: with one stage per warp, 5 work-groups of 4 warps fit "
+     "an SM (92 registers, `docs/data/ocl_build_log_verbose_h200.log`), and these extra warps hide the copies' "
+     "latency better than a second stage per warp does. Not merged.",
+     ),
     ("bench_ops_ocl_ragged_q4_warps_h200.csv",
      "### The OpenCL q4 ragged decode with per-warp streams on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --cold --sweeps lowrank --sweep-rows lowrank_q4_balanced_` on {device} ({backend}, {date}; the "
