@@ -24,6 +24,8 @@
   bench_e2e_ocl_decode_warps_h200.csv  none (the fp16 decode on kvc_attn_decode_warps, and with
                               KVCOMP_CL_DECODE_WARPS=0), fdc and palu p = 0.5 at 16 × 32K (visit 131);
   bench_e2e_cuda_16x32k_h200.csv  none, fdc and palu p = 0.5 at 16 × 32K on cuda:0 (visit 131, the same machine);
+  bench_e2e_ocl_quant_16x32k_h200.csv  zipcache and kivi (defaults) at 16 × 32K on opencl:1 (visit 133; its none
+                              was cut by the device time left);
 one H200 (docs/data/gpu_visits_2026-11-27.log) unless named. A point may be missing (a run that timed out): its cells read "–"
 and the caption lists it. Every number here is read from the CSV.
 """
@@ -42,9 +44,11 @@ Q4_16X32K_SOURCE = "bench_e2e_lowrank_q4_16x32k_h200.csv"
 PALU_WARPS_SOURCE = "bench_e2e_ocl_palu_warps_h200.csv"
 DECODE_WARPS_SOURCE = "bench_e2e_ocl_decode_warps_h200.csv"
 CUDA_16X32K_SOURCE = "bench_e2e_cuda_16x32k_h200.csv"
+QUANT_16X32K_SOURCE = "bench_e2e_ocl_quant_16x32k_h200.csv"
 # A tuple, as the other modules' (make_results.py adds them up).
 SOURCES = (SOURCE, PROJECTION_SOURCE, WARPS_SOURCE, WARPS_16X32K_SOURCE, BULK_16X32K_SOURCE, RAGGED_16X32K_SOURCE,
-           RAGGED_1X32K_SOURCE, Q4_16X32K_SOURCE, PALU_WARPS_SOURCE, DECODE_WARPS_SOURCE, CUDA_16X32K_SOURCE)
+           RAGGED_1X32K_SOURCE, Q4_16X32K_SOURCE, PALU_WARPS_SOURCE, DECODE_WARPS_SOURCE, CUDA_16X32K_SOURCE,
+           QUANT_16X32K_SOURCE)
 ORDER = ("none", "kivi", "zipcache", "zack", "fdc", "palu")
 # The visit's plan, only to name the points that did not come back; the table shows what the CSV holds.
 _PROMPTS = {1: (4096, 32768, 131072), 16: (4096, 32768)}
@@ -439,4 +443,26 @@ def ocl_decode_warps_section(data_dir):
                          for _, _, r in _ratios(pts, (m, o), ("none", ""), "tbt_ms")])
         out += _summary("Palu TBT over FDC TBT, same visit", "target ≥ 1.5 at 32K",
                         _judged(pts, ("palu", "p=0.5"), ("fdc", "p=0.5"), "tbt_ms", lambda r: r >= 1.5))
+    opened = _opening(data_dir, QUANT_16X32K_SOURCE,
+                      "### The quantized caches at 16 × 32K against the per-warp fp16 decode (kvcomp bench, H200, "
+                      "visit 133)",
+                      "; `docs/data/gpu_visits_2026-11-28.log`, visit 133), batch 16 × 32K, 16 generated tokens, "
+                      "prompts prefilled four at a time, one run each: zipcache and kivi with their defaults "
+                      "(ZipCache: 40 % salient tokens at 4 bits, the rest at 2, blocks of 100; KIVI-2, groups of "
+                      "32, 32 fp16 tokens), their decodes on `kvc_adq_warps`. The none of this visit was cut by the "
+                      "session's device time, so the ratios below divide by visit 131's none (the first table of "
+                      "this section: the same fp16 kernels, another machine of the same kind): they cross visits. "
+                      "Against the portable fp16 decode the earlier tables gave ZipCache 0.62 × and KIVI 0.64 × none's "
+                      "TBT (\"ZipCache and FDC at 16 × 32K ... after the bulk copies\" and \"The quantized caches end "
+                      "to end with the per-warp decode\").")
+    if opened:
+        pts, head = opened
+        out += head + _table(pts)
+        none = _points(read_dicts(os.path.join(data_dir, DECODE_WARPS_SOURCE))).get(("none", "", 16, 32768), {})
+        parts = []
+        for m in ("zipcache", "kivi"):
+            v = pts.get((m, "", 16, 32768), {})
+            if "tbt_ms" in v and none.get("tbt_ms"):
+                parts.append((m, v["tbt_ms"] / none["tbt_ms"], None))
+        out += _summary("TBT over visit 131's none (across visits)", "the decode step", parts)
     return out
