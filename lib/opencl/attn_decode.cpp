@@ -85,19 +85,20 @@ defines portable_defines(const cl_backend & be, const op_desc & op) {
     return defs;
 }
 
-// kvc_attn_decode_warps: warps per work-group, and per GQA sub-group size GB the tokens per lane and stage (U)
-// and the ring's stages (NST), as CUDA's attn_decode (measured there on an H200: 2 stages of U = 4 saturate
-// HBM; 8 heads take U = 2, NST = 4 for registers). Work-groups resident per compute unit, for the split
-// count: its 128 registers per work-item (clang's estimate for sm_90, tools/report/cl_registers_estimate.sh)
-// allow 4 of them on an SM of 64K registers.
+// kvc_attn_decode_warps: warps per work-group, and per GQA sub-group size GB the tokens per lane and stage
+// (U) and the ring's stages (NST), as CUDA's attn_decode (measured there on an H200: 2 stages of U = 4
+// saturate HBM; 8 heads take U = 2, NST = 4 for registers). Work-groups resident per compute unit, for the
+// split count: the registers NVIDIA's driver gives it on an H200 (visit 131,
+// docs/data/ocl_build_log_verbose_h200.log), 128 per work-item at sub-groups of up to 4 heads and 194 at 8,
+// allow 4 and 2 of them on an SM of 64K.
 constexpr int kWarps = 4;
-constexpr int64_t kWarpsResidentPerCu = 4;
 
 struct warps_config {
     const char * asm_kw = nullptr;  // nullptr: the portable kernel runs
     int gb = 1;
     int u = 4;
     int nst = 2;
+    int64_t resident_per_cu = 4;
 };
 
 int64_t warps_tokens_per_iter(const warps_config & c, int64_t head_dim) {
@@ -107,13 +108,14 @@ int64_t warps_tokens_per_iter(const warps_config & c, int64_t head_dim) {
 // Mirrors kvc_attn_decode_warps' local array: the ring, or the warps' merge where larger.
 size_t warps_local_bytes(const warps_config & c, int64_t head_dim) {
     const size_t ring = size_t(c.nst) * size_t(c.u) * 2 * 32 * kWarps * 16;
-    const size_t merge = sizeof(float) * (size_t(kWarps) * size_t(c.gb) * size_t(head_dim) + 2 * kWarps * size_t(c.gb));
+    const size_t merge =
+        sizeof(float) * (size_t(kWarps) * size_t(c.gb) * size_t(head_dim) + 2 * kWarps * size_t(c.gb));
     return std::max(ring, merge);
 }
 
 // The per-warp kernel takes head_dim 64 or 128 with sub-groups of 1, 2, 4 or 8 query heads and K / V views
-// that start 16-byte aligned (pools_aligned), on NVIDIA's driver where the inline-PTX probe passes (not opted out with
-// KVCOMP_CL_DECODE_WARPS=0), when its ring fits local memory.
+// that start 16-byte aligned (pools_aligned), on NVIDIA's driver where the inline-PTX probe passes (not opted
+// out with KVCOMP_CL_DECODE_WARPS=0), when its ring fits local memory.
 warps_config warps_apply(cl_backend & be, const attn_decode_params & p, bool pools_aligned) {
     const char * opt_out = std::getenv("KVCOMP_CL_DECODE_WARPS");
     if (opt_out && std::strcmp(opt_out, "0") == 0) return {};
@@ -122,8 +124,9 @@ warps_config warps_apply(cl_backend & be, const attn_decode_params & p, bool poo
     warps_config c;
     c.gb = heads_per_work_group(p.n_q_heads / p.kv.n_kv_heads, kMaxHeadsPerGroup);
     if (c.gb != 1 && c.gb != 2 && c.gb != 4 && c.gb != 8) return {};
-    if (c.gb == 8) c.u = 2, c.nst = 4;
-    if (warps_local_bytes(c, d) > be.dev().local_mem_bytes || be.dev().max_work_group_size < size_t(32 * kWarps))
+    if (c.gb == 8) c.u = 2, c.nst = 4, c.resident_per_cu = 2;
+    if (warps_local_bytes(c, d) > be.dev().local_mem_bytes ||
+        be.dev().max_work_group_size < size_t(32 * kWarps))
         return {};
     c.asm_kw = be.tensor_core_asm();
     return c;
@@ -132,14 +135,14 @@ warps_config warps_apply(cl_backend & be, const attn_decode_params & p, bool poo
 // CUDA's rule: the split count whose work-groups fill the resident slots in the most even whole waves
 // (a near-tie goes to fewer splits: less merge work), chunks >= kMinTokensPerSplit tokens and a whole
 // number of the kernel's iterations.
-void choose_warps_splits(const cl_backend & be, const attn_decode_params & p, const warps_config & c, int * n_splits,
-                         int64_t * chunk) {
+void choose_warps_splits(const cl_backend & be, const attn_decode_params & p, const warps_config & c,
+                         int * n_splits, int64_t * chunk) {
     const int64_t per_iter = warps_tokens_per_iter(c, p.kv.head_dim);
     const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
     int64_t splits = p.n_splits;
     if (splits <= 0 && p.max_seq_len > 0) {
         const int64_t work = p.batch * p.kv.n_kv_heads * (p.n_q_heads / p.kv.n_kv_heads / c.gb);
-        const int64_t slots = int64_t(std::max(1, be.info().compute_units)) * kWarpsResidentPerCu;
+        const int64_t slots = int64_t(std::max(1, be.info().compute_units)) * c.resident_per_cu;
         const int64_t most =
             std::min(std::max<int64_t>(1, p.max_seq_len / kMinTokensPerSplit), 2 * ceil_div(slots, work) + 1);
         double best = 0.0;
@@ -155,7 +158,8 @@ void choose_warps_splits(const cl_backend & be, const attn_decode_params & p, co
 }
 
 // The merge of the splits' partials (kvc_attn_decode_merge), for either decode kernel.
-void run_merge(cl_backend & be, const op_desc & op, const defines & defs, const split_partials & sp, int n_splits) {
+void run_merge(cl_backend & be, const op_desc & op, const defines & defs, const split_partials & sp,
+               int n_splits) {
     const auto & p = op.get<attn_decode_params>();
     const int64_t d = p.kv.head_dim;
     cl_kernel mk = be.kernel("attn_decode.cl", defs, "kvc_attn_decode_merge");
@@ -180,16 +184,18 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("NST", c.nst)
         .add("RING_WAIT", c.nst - 1)
         .add("KVC_ASM", c.asm_kw);
-    const split_partials sp = split_partials_for(be, op.dst[0], p.batch, p.n_q_heads, p.kv.head_dim, n_splits);
+    const split_partials sp =
+        split_partials_for(be, op.dst[0], p.batch, p.n_q_heads, p.kv.head_dim, n_splits);
     const size_t local_size = 32 * kWarps;
     cl_kernel k = be.kernel_for_local_size("attn_decode_warps.cl", defs, "kvc_attn_decode_warps", local_size,
                                            describe(op));
-    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]), arg(op.src[5]),
-             arg(op.dst[0]), sp.part, sp.ml_off, to_int(p.kv.n_kv_heads), to_int(p.n_q_heads), cl_int(n_splits),
-             to_int(chunk), cl_float(p.scale * kLog2e));
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+             arg(op.src[5]), arg(op.dst[0]), sp.part, sp.ml_off, to_int(p.kv.n_kv_heads), to_int(p.n_q_heads),
+             cl_int(n_splits), to_int(chunk), cl_float(p.scale * kLog2e));
     const size_t sub_groups = size_t(p.n_q_heads / p.kv.n_kv_heads / c.gb);
     const size_t local[3] = {local_size, 1, 1};
-    const size_t global[3] = {local_size * size_t(n_splits), size_t(p.kv.n_kv_heads) * sub_groups, size_t(p.batch)};
+    const size_t global[3] = {local_size * size_t(n_splits), size_t(p.kv.n_kv_heads) * sub_groups,
+                              size_t(p.batch)};
     be.launch(k, 3, global, local);
     if (n_splits > 1) run_merge(be, op, portable_defines(be, op), sp, n_splits);
 }
