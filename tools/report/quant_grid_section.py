@@ -6,6 +6,8 @@
   eval_quant_lines512_h200.csv  the points near the target, line retrieval at 512 examples (same visit);
   eval_quant_grid_h200.csv  the same grid before the window was paged (h200_visits_2026-11-26b.log,
                             visit 7): each request held a whole window row once decoding started.
+  eval_zipcache_blocks_cpu.csv  ZipCache at blocks of 200 and 400 tokens (the CPU reference backend, 64
+                            line-retrieval examples per point, the seed of the grid above).
 Every number is read from those files; nothing is typed here.
 """
 import os
@@ -15,7 +17,8 @@ from results_data import provenance
 SOURCE = "eval_quant_grid_paged_h200.csv"
 LINES512 = "eval_quant_lines512_h200.csv"
 ROW_WINDOW = "eval_quant_grid_h200.csv"
-SOURCES = (SOURCE, LINES512, ROW_WINDOW)
+BLOCKS_CPU = "eval_zipcache_blocks_cpu.csv"
+SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU)
 
 
 def _opts(r):
@@ -146,6 +149,31 @@ def _lines512(rows):
     return out + [""]
 
 
+def _blocks_cpu(rows, grid):
+    """ZipCache at larger blocks (fewer per-block key parameters) next to the grid's points of the same r."""
+    if not rows:
+        return []
+    out = [f"ZipCache at blocks of 200 and 400 tokens (`{BLOCKS_CPU}`, {provenance(rows)}; the same tasks, seed and "
+           "64 examples per point as the grid above, on the CPU reference backend): a block's keys carry one min and "
+           "step per channel and precision group, so longer blocks carry fewer of them per token (a block's slot is "
+           "allocated whole, so 1024 tokens in blocks of 400 also pay for the 176 empty rows of the third). The "
+           "grid's block-100 point of the same r is beside each (H200, visit 94).", "",
+           "| context | method | × smaller | exact match | / none | ≥ 0.99 of none | block 100, same r: × smaller, "
+           "exact match |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (int(r["context"]), -float(r["compression_ratio"]))):
+        if r["method"] != "zipcache" or r["task"] != "line_retrieval":
+            continue
+        o = _opts(r)
+        same = [g for g in grid if g["method"] == "zipcache" and g["task"] == "line_retrieval"
+                and g["context"] == r["context"] and _opts(g).get("ratio") == o.get("ratio")
+                and _opts(g).get("block") == "100" and _opts(g).get("tail", "quantize") == o.get("tail", "quantize")]
+        ref = (f"{float(same[0]['compression_ratio']):.2f}, {float(same[0]['value']):.3f}" if same else "–")
+        v, b = float(r["value"]), float(r["baseline_value"])
+        out.append(f"| {r['context']} | {_label(r)} | {float(r['compression_ratio']):.2f} | {v:.3f} | {v / b:.3f} | "
+                   f"{'yes' if _keeps(r) else 'no'} | {ref} |")
+    return out + [""]
+
+
 def quant_grid_section(results):
     rows = [r for r in results if r["source"] == SOURCE]
     if not rows:
@@ -161,6 +189,7 @@ def quant_grid_section(results):
            "the window fills); every point is scored next to none on the same examples.", ""]
     out += _line_retrieval(lr)
     out += _lines512([r for r in results if r["source"] == LINES512])
+    out += _blocks_cpu([r for r in results if r["source"] == BLOCKS_CPU], lr)
     out += _row_window_note(lr, [r for r in results if r["source"] == ROW_WINDOW])
     out += _others(rows, "perplexity", "Perplexity at 1K (16 windows of `heldout.txt`), for a subset of the points:")
     out += _others(rows, "needle", "The needle (keys haystack; 16 examples per depth and context), the same subset:")
