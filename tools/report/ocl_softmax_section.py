@@ -127,7 +127,7 @@ _TABLES = [
      "`docs/data/ocl_build_log_verbose_h200.log`. The new kernel takes 0.56-0.79 of the portable one's time; at "
      "batch 16 from 32K it reads the cache at 0.86-0.89 of the copy bandwidth (0.63-0.65 before), and takes "
      "1.14-1.15× the time of CUDA's (0.99-1.02 of copy); at batch 1, 1.23-1.33×. The methods' OpenCL speed-ups "
-     "over `none` in the tables before this one are therefore against a 1.3-1.4× slower fp16 decode at batch 16; "
+     "over `none` in the tables before this one are therefore against an fp16 decode 1.27-1.36× slower at batch 16; "
      "\"The methods at 16 × 32K with the per-warp fp16 decode\" below repeats the end-to-end comparison.",
      ),
     ("bench_ops_ocl_ragged_warps_h200.csv",
