@@ -157,12 +157,24 @@ void choose_warps_splits(const cl_backend & be, const attn_decode_params & p, co
     *n_splits = int(p.n_splits > 0 ? splits : std::max<int64_t>(1, ceil_div(p.max_seq_len, *chunk)));
 }
 
-// The merge of the splits' partials (kvc_attn_decode_merge), for either decode kernel.
-void run_merge(cl_backend & be, const op_desc & op, const defines & defs, const split_partials & sp,
-               int n_splits) {
+// Either decode kernel k over the op: kvc_attn_decode_split's arguments and NDRange (local_size work-items
+// per (split, KV head x sub-group of gb query heads, request)), then, with several splits, the merge of their
+// partials (kvc_attn_decode_merge in attn_decode.cl's program of merge_defs, portable_defines).
+void launch_splits(cl_backend & be, const op_desc & op, cl_kernel k, size_t local_size, int gb, int n_splits,
+                   int64_t chunk, const defines & merge_defs) {
     const auto & p = op.get<attn_decode_params>();
     const int64_t d = p.kv.head_dim;
-    cl_kernel mk = be.kernel("attn_decode.cl", defs, "kvc_attn_decode_merge");
+    const split_partials sp = split_partials_for(be, op.dst[0], p.batch, p.n_q_heads, d, n_splits);
+    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
+             arg(op.src[5]), arg(op.dst[0]), sp.part, sp.ml_off, to_int(p.kv.n_kv_heads), to_int(p.n_q_heads),
+             cl_int(n_splits), to_int(chunk), cl_float(p.scale * kLog2e));
+    const size_t sub_groups = size_t(p.n_q_heads / p.kv.n_kv_heads / gb);
+    const size_t local[3] = {local_size, 1, 1};
+    const size_t global[3] = {local_size * size_t(n_splits), size_t(p.kv.n_kv_heads) * sub_groups,
+                              size_t(p.batch)};
+    be.launch(k, 3, global, local);
+    if (n_splits <= 1) return;
+    cl_kernel mk = be.kernel("attn_decode.cl", merge_defs, "kvc_attn_decode_merge");
     set_args(mk, sp.part, sp.ml_off, arg(op.dst[0]), to_int(p.n_q_heads), cl_int(n_splits));
     const size_t mlocal[3] = {size_t(std::min<int64_t>(d, 128)), 1, 1};
     const size_t mglobal[3] = {size_t(d), size_t(p.n_q_heads), size_t(p.batch)};
@@ -184,20 +196,10 @@ void run_warps(cl_backend & be, const op_desc & op, const warps_config & c) {
         .add("NST", c.nst)
         .add("RING_WAIT", c.nst - 1)
         .add("KVC_ASM", c.asm_kw);
-    const split_partials sp =
-        split_partials_for(be, op.dst[0], p.batch, p.n_q_heads, p.kv.head_dim, n_splits);
     const size_t local_size = 32 * kWarps;
     cl_kernel k = be.kernel_for_local_size("attn_decode_warps.cl", defs, "kvc_attn_decode_warps", local_size,
                                            describe(op));
-    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-             arg(op.src[5]), arg(op.dst[0]), sp.part, sp.ml_off, to_int(p.kv.n_kv_heads), to_int(p.n_q_heads),
-             cl_int(n_splits), to_int(chunk), cl_float(p.scale * kLog2e));
-    const size_t sub_groups = size_t(p.n_q_heads / p.kv.n_kv_heads / c.gb);
-    const size_t local[3] = {local_size, 1, 1};
-    const size_t global[3] = {local_size * size_t(n_splits), size_t(p.kv.n_kv_heads) * sub_groups,
-                              size_t(p.batch)};
-    be.launch(k, 3, global, local);
-    if (n_splits > 1) run_merge(be, op, portable_defines(be, op), sp, n_splits);
+    launch_splits(be, op, k, local_size, c.gb, n_splits, chunk, portable_defines(be, op));
 }
 
 }  // namespace
@@ -231,24 +233,9 @@ void run_attn_decode(cl_backend & be, const op_desc & op) {
     const int n_splits = choose_splits(be, p, c);
     const int64_t per_split = (p.max_seq_len + n_splits - 1) / n_splits;
     const int64_t chunk = int64_t(round_up(size_t(std::max<int64_t>(per_split, 1)), size_t(c.nt)));
-    const int64_t d = p.kv.head_dim;
-
     const defines defs = portable_defines(be, op);
-    const tensor & out = op.dst[0];
-    const auto [part, ml_off] = split_partials_for(be, out, p.batch, p.n_q_heads, d, n_splits);
-    const float qscale = p.scale * kLog2e;
-
     cl_kernel k = be.kernel("attn_decode.cl", defs, "kvc_attn_decode_split");
-    set_args(k, arg(op.src[0]), arg(op.src[1]), arg(op.src[2]), arg(op.src[3]), arg(op.src[4]),
-             arg(op.src[5]), arg(out), part, ml_off, to_int(p.kv.n_kv_heads), to_int(p.n_q_heads),
-             cl_int(n_splits), to_int(chunk), cl_float(qscale));
-    const size_t sub_groups = size_t(p.n_q_heads / p.kv.n_kv_heads / c.gb);
-    const size_t local[3] = {size_t(c.nt), 1, 1};
-    const size_t global[3] = {size_t(c.nt) * size_t(n_splits), size_t(p.kv.n_kv_heads) * sub_groups,
-                              size_t(p.batch)};
-    be.launch(k, 3, global, local);
-
-    if (n_splits > 1) run_merge(be, op, defs, {part, ml_off}, n_splits);
+    launch_splits(be, op, k, size_t(c.nt), c.gb, n_splits, chunk, defs);
 }
 
 }  // namespace kvcomp::cl

@@ -5,7 +5,7 @@
 # end, so the counts are an estimate of what the driver's ptxas reports; on the GPU host the real ones come
 # from KVCOMP_CL_BUILD_OPTIONS=-cl-nv-verbose KVCOMP_CL_BUILD_LOG=1 (README, environment variables). Checked
 # against those in visit 131 (docs/kernel_notes.md, "Registers of the per-warp decodes"): the estimates of the
-# per-warp decodes were 20-90 registers above the driver's, so use it for spills and private memory, not counts.
+# per-warp decodes were 20-93 registers above the driver's, so use it for spills and private memory, not counts.
 #
 # Usage: tools/report/cl_registers_estimate.sh KERNEL_FILE DEFINES [MAXREG ...]
 #   KERNEL_FILE  a file of cl_kernels/ (common.cl is prepended, as lib/opencl/program_cache.cpp does)
