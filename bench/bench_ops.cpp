@@ -49,6 +49,8 @@ struct options {
     std::vector<int64_t> worker_scales{0};
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::vector<int64_t> token_costs{-1};  // ... and its per-token cost; -1: the engine's default
+    std::vector<int64_t> page_sizes{16};   // pages of the fp16 and low-rank decode sweeps
+    std::vector<bool> shuffle_pages{true};  // ... and their order (false: each request's pages contiguous)
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
     std::vector<int64_t> quant_dims{128};                       // head widths of the quant sweep
     std::string sweep_rows;                                     // regex over their row names
@@ -82,6 +84,11 @@ void usage() {
         "                    s_kv * (k_width + v_width + c), or auto (default): the engine's\n"
         "                    (default_token_cost: 1 for f16 pages, 64 for q4); rows of a given c end in\n"
         "                    _tcC before the profile\n"
+        "  --page-sizes L    page sizes in tokens of the fp16 and low-rank decode sweeps (default 16);\n"
+        "                    rows of another size end in _pgN (decode_fp16_pgN, "
+        "decode_lowrank_*_pgN_<profile>)\n"
+        "  --page-order L    shuffled (default: pool pages in random order, as an engine's end up) and/or\n"
+        "                    sequential (each request's pages contiguous); sequential rows end in _seq\n"
         "  --sweeps LIST     decode sweeps over --batches x --contexts: fp16, quant (zipcache, kivi2\n"
         "                    and kivi4 blocks), lowrank (plain, balanced, palu, q4 pages), or none\n"
         "                    (default fp16,quant,lowrank)\n"
@@ -207,6 +214,16 @@ bool parse(int argc, char ** argv, options & o) {
             }
         } else if (a == "--waves") {
             o.waves = parse_sizes(value());
+        } else if (a == "--page-sizes") {
+            o.page_sizes = parse_sizes(value());
+        } else if (a == "--page-order") {
+            o.shuffle_pages.clear();
+            for (const auto & v : split(value())) {
+                if (v != "shuffled" && v != "sequential")
+                    throw std::invalid_argument("--page-order takes shuffled and/or sequential, got '" + v +
+                                                "'");
+                o.shuffle_pages.push_back(v == "shuffled");
+            }
         } else if (a == "--token-costs") {
             o.token_costs.clear();
             for (const auto & v : split(value())) {
@@ -397,12 +414,22 @@ bool bench_device(const device_entry & dev, const options & o) {
         w.context = ctx;
         rep.emit(w);
     };
-    for (int64_t batch : sweep("fp16") && sweep_row("decode_fp16") ? o.batches : std::vector<int64_t>{})
-        for (int64_t ctx : o.contexts) {
-            decode_spec s;
-            s.lens.assign(size_t(batch), ctx);
-            s.extra_pages = 0;
-            sweep_point(make_attn_decode_case(s), "decode_fp16", batch, ctx);
+    // Rows at a page size other than 16 (the engine's default) carry it in their name.
+    const auto page_suffix = [](int64_t ps, bool shuffled) {
+        return (ps == 16 ? std::string() : "_pg" + std::to_string(ps)) + (shuffled ? "" : "_seq");
+    };
+    for (int64_t ps : o.page_sizes)
+        for (bool shuffled : o.shuffle_pages) {
+            const std::string name = "decode_fp16" + page_suffix(ps, shuffled);
+            for (int64_t batch : sweep("fp16") && sweep_row(name) ? o.batches : std::vector<int64_t>{})
+                for (int64_t ctx : o.contexts) {
+                    decode_spec s;
+                    s.lens.assign(size_t(batch), ctx);
+                    s.extra_pages = 0;
+                    s.page_size = ps;
+                    s.shuffle_pages = shuffled;
+                    sweep_point(make_attn_decode_case(s), name, batch, ctx);
+                }
         }
     // 3b. The same sweep over quantized blocks (ZipCache, KIVI-2 and KIVI-4 layouts): bytes are the
     // blocks and window tokens actually read, so fraction_of_copy is against the compressed size.
@@ -425,36 +452,52 @@ bool bench_device(const device_entry & dev, const options & o) {
                                      {"p70", {16, 16, 32, 32, 48, 48, 64, 80}, {16, 16, 16, 32, 32, 48, 48, 64}}};
     // More tasks than compute units (scale > 1) lets several work-groups share a unit: what the
     // fp16 kernels do to keep enough loads in flight.
+    // One row per (profile, worker scale, page size and order, waves, token cost, kernel kind).
+    struct lowrank_row {
+        const rank_profile * prof;
+        int64_t scale, page_size;
+        bool shuffled;
+        int64_t waves, token_cost;
+        int kind;  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
+    };
+    std::vector<lowrank_row> lowrank_rows;
     for (const auto & prof : profiles)
         for (int64_t scale : sweep("lowrank") ? o.worker_scales : std::vector<int64_t>{})
-            for (int64_t waves : o.waves)
-            for (int64_t token_cost : o.token_costs)
-            for (int kind = 0; kind < 4; ++kind)  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
-                for (int64_t batch : o.batches)
-                    for (int64_t ctx : o.contexts) {
-                        static const char * const names[] = {"decode_lowrank_plain_",
-                                                             "decode_lowrank_balanced_", "decode_palu_",
-                                                             "decode_lowrank_q4_balanced_"};
-                        const std::string name = std::string(names[kind]) +
-                                                 (scale > 0 ? "x" + std::to_string(scale) + "_" : "") +
-                                                 (waves != 4 ? "w" + std::to_string(waves) + "_" : "") +
-                                                 (token_cost >= 0 ? "tc" + std::to_string(token_cost) + "_" : "") +
-                                                 prof.name;
-                        if ((token_cost >= 0 && (kind == 0 || kind == 2)) || !sweep_row(name)) continue;
-                        ragged_spec rs;
-                        rs.k_widths = prof.k, rs.v_widths = prof.v, rs.group = 4;
-                        rs.lens.assign(size_t(batch), ctx);
-                        rs.extra_pages = 0;
-                        rs.waves = waves;
-                        if (kind == 3) rs.bits = 4;
-                        // After the page format is set: auto is the engine's cost for it (64 for q4).
-                        rs.token_cost = token_cost >= 0 ? token_cost : host::lowrank::default_token_cost(rs.bits);
-                        rs.workers = scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * scale
-                                               : concurrent_decode_tasks(*be, rs, kind == 2);
-                        rs.policy = kind == 0 ? host::lowrank::decode_policy::plain
-                                              : host::lowrank::decode_policy::balanced;
-                        sweep_point(make_ragged_decode_case(rs, kind == 2), name, batch, ctx);
-                    }
+            for (int64_t ps : o.page_sizes)
+                for (bool shuffled : o.shuffle_pages)
+                    for (int64_t waves : o.waves)
+                        for (int64_t token_cost : o.token_costs)
+                            for (int kind = 0; kind < 4; ++kind)
+                                lowrank_rows.push_back({&prof, scale, ps, shuffled, waves, token_cost, kind});
+    for (const lowrank_row & r : lowrank_rows) {
+        static const char * const names[] = {"decode_lowrank_plain_", "decode_lowrank_balanced_",
+                                             "decode_palu_", "decode_lowrank_q4_balanced_"};
+        const std::string name =
+            std::string(names[r.kind]) + (r.scale > 0 ? "x" + std::to_string(r.scale) + "_" : "") +
+            (r.waves != 4 ? "w" + std::to_string(r.waves) + "_" : "") +
+            (r.token_cost >= 0 ? "tc" + std::to_string(r.token_cost) + "_" : "") +
+            (r.page_size != 16 || !r.shuffled ? page_suffix(r.page_size, r.shuffled).substr(1) + "_" : "") +
+            r.prof->name;
+        if ((r.token_cost >= 0 && (r.kind == 0 || r.kind == 2)) || !sweep_row(name)) continue;
+        for (int64_t batch : o.batches)
+            for (int64_t ctx : o.contexts) {
+                ragged_spec rs;
+                rs.k_widths = r.prof->k, rs.v_widths = r.prof->v, rs.group = 4;
+                rs.lens.assign(size_t(batch), ctx);
+                rs.extra_pages = 0;
+                rs.page_size = r.page_size;
+                rs.shuffle_pages = r.shuffled;
+                rs.waves = r.waves;
+                if (r.kind == 3) rs.bits = 4;
+                // After the page format is set: auto is the engine's cost for it (64 for q4).
+                rs.token_cost = r.token_cost >= 0 ? r.token_cost : host::lowrank::default_token_cost(rs.bits);
+                rs.workers = r.scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * r.scale
+                                         : concurrent_decode_tasks(*be, rs, r.kind == 2);
+                rs.policy = r.kind == 0 ? host::lowrank::decode_policy::plain
+                                        : host::lowrank::decode_policy::balanced;
+                sweep_point(make_ragged_decode_case(rs, r.kind == 2), name, batch, ctx);
+            }
+    }
     // 4. Causal prefill attention (time to first token's attention part), Llama-3-8B head shapes;
     // then the low-rank prefill on the 50% profile, row blocks balanced per head and plain.
     for (const auto & [batch, len] : o.prefill) {

@@ -1,5 +1,6 @@
 # bench_ops options checked on the CPU reference: --sweeps / --sweep-rows pick decode sweep rows by name
-# (exactly the matching rows reach the CSV, and an unknown sweep is refused with its name); --quant-dims
+# (exactly the matching rows reach the CSV, and an unknown sweep is refused with its name); --page-sizes and
+# --page-order add rows named _pgN / _seq, and an unknown order is refused; --quant-dims
 # adds the quant rows of other head widths (decode_<layout>_d<W>) and refuses a width that is no multiple
 # of 16; --cold [MIB] gives every row a commit ending in "+cold", with or without the size (an option that
 # follows is not taken for it). EXE is bench_ops, DIR scratch.
@@ -37,6 +38,14 @@ expect_rows("copy_bw;decode_fp16;decode_kivi2;decode_lowrank_balanced_p70" --swe
             --sweep-rows "fp16|kivi2|lowrank_balanced_p70")
 expect_rows("copy_bw;decode_kivi2_d48;decode_zipcache;decode_zipcache_d48" --sweeps quant --quant-dims 48,128
             --sweep-rows "zipcache|kivi2_d48")
+# --page-sizes / --page-order: rows of another page size or of contiguous pages carry it in their name.
+expect_rows("copy_bw;decode_fp16;decode_fp16_pg32_seq;decode_fp16_seq;decode_lowrank_balanced_pg32_seq_p70"
+            --sweeps fp16,lowrank --page-sizes 16,32 --page-order sequential,shuffled
+            --sweep-rows "fp16$|fp16_seq|fp16_pg32_seq|lowrank_balanced_pg32_seq_p70")
+execute_process(COMMAND ${EXE} -b cpu --page-order random RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
+if(rc EQUAL 0 OR NOT err MATCHES "--page-order takes shuffled and/or sequential, got 'random'")
+  message(FATAL_ERROR "an unknown page order was not refused (${rc}): ${err}")
+endif()
 execute_process(COMMAND ${EXE} -b cpu --sweeps fp16,gear RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
 if(rc EQUAL 0 OR NOT err MATCHES "unknown sweep 'gear'")
   message(FATAL_ERROR "an unknown sweep was not refused (${rc}): ${err}")
@@ -57,4 +66,4 @@ foreach(size IN ITEMS "1" "")
     endif()
   endforeach()
 endforeach()
-message(STATUS "sweep rows selected by name and width, bad sweeps and widths refused, --cold rows marked")
+message(STATUS "sweep rows selected by name, width, page size and order, bad sweeps, widths and orders refused, --cold rows marked")

@@ -395,7 +395,7 @@ void attn_decode_case::init(test_rng & rng) {
     fill_normal(tensors_[0], rng);
     fill_normal(tensors_[1], rng);
     fill_normal(tensors_[2], rng);
-    const page_table_arrays pt = build_page_table(s_.lens, s_.page_size, n_pages_, rng);
+    const page_table_arrays pt = build_page_table(s_.lens, s_.page_size, n_pages_, rng, s_.shuffle_pages);
     std::vector<int32_t> indices = pt.indices;
     indices.resize(size_t(nnz_), 0);  // all-empty batch: one dummy entry, never read
     fill_i32(tensors_[3], pt.indptr);

@@ -138,6 +138,7 @@ struct decode_spec {
     // units per key): steep enough, a kernel whose running maximum stopped moving after its first
     // tile overflows (exp2 of more than 128) instead of passing.
     float key_ramp = 0.0f;
+    bool shuffle_pages = true;  // build_page_table's shuffle
 };
 case_ptr make_attn_decode_case(const decode_spec & spec);
 // KV bytes a decode case reads (the K and V of every cached token).
@@ -148,14 +149,15 @@ case_ptr make_attn_prefill_case(const std::vector<int64_t> & seqs, int64_t n_q_h
                                 int64_t head_dim);
 
 // Page tables after FlashInfer: request b gets ceil(len/page_size) pages drawn from a shuffled pool
-// of n_pages, so that kernels must really follow indices[].
+// of n_pages, so that kernels must really follow indices[]; shuffle = false hands out the pool in order
+// (each request's pages contiguous: bench_ops --page-order sequential, a locality comparison).
 struct page_table_arrays {
     std::vector<int32_t> indptr, indices, last_page_len;
     int64_t max_seq_len = 0;
 };
 int64_t pages_needed(const std::vector<int64_t> & lens, int64_t page_size);
 page_table_arrays build_page_table(const std::vector<int64_t> & lens, int64_t page_size, int64_t n_pages,
-                                   test_rng & rng);
+                                   test_rng & rng, bool shuffle = true);
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation.

@@ -219,12 +219,13 @@ int64_t pages_needed(const std::vector<int64_t> & lens, int64_t page_size) {
 }
 
 page_table_arrays build_page_table(const std::vector<int64_t> & lens, int64_t page_size, int64_t n_pages,
-                                   test_rng & rng) {
+                                   test_rng & rng, bool shuffle) {
     const int64_t need = pages_needed(lens, page_size);
     KVCOMP_CHECK_ARG(need <= n_pages, "build_page_table: ", need, " pages needed, pool has ", n_pages);
     std::vector<int32_t> perm(static_cast<size_t>(n_pages));
     std::iota(perm.begin(), perm.end(), 0);
-    for (int64_t i = n_pages - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.below(i + 1))]);
+    if (shuffle)
+        for (int64_t i = n_pages - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.below(i + 1))]);
     page_table_arrays pt;
     pt.indptr.push_back(0);
     size_t next = 0;

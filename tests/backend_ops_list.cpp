@@ -216,6 +216,8 @@ void full_list(list & l) {
     l.add<attn_decode_case>(decode(4, 1, 64, 1, {15, 1, 17}, 0));
     l.add<attn_decode_case>(decode(8, 8, 128, 16, {257, 15, 1}, 7));
     l.add<attn_decode_case>(decode(16, 2, 128, 32, {1, 15, 17}, 3));
+    // Pages of 64 and 128 tokens (the engine's --page-size; bench_ops --page-sizes).
+    for (int64_t page : {64, 128}) l.add<attn_decode_case>(decode(32, 8, 128, page, {1000, 63, 129}, 0));
     // Scores climbing by 0.26 log2 units per key (decode_spec::key_ramp), ~250 over the 1000-token
     // row that one split takes whole: the running max must keep moving (a lazily moved one, too).
     {

@@ -381,7 +381,7 @@ class ragged_decode_case : public test_case {
   protected:
     void init(test_rng & rng) override {
         fill_normal(tensors_[0], rng);
-        const page_table_arrays pt = build_page_table(s_.lens, s_.page_size, n_pages_, rng);
+        const page_table_arrays pt = build_page_table(s_.lens, s_.page_size, n_pages_, rng, s_.shuffle_pages);
         std::vector<int32_t> indices = pt.indices;
         indices.resize(size_t(nnz_), 0);  // all-empty batch: one dummy entry, never read
         if (s_.bits == 4)
@@ -598,6 +598,15 @@ void add_lowrank_cases(std::vector<case_ptr> & out, case_set set) {
             add(std::make_unique<ragged_decode_case>(s, false));
         }
         add(std::make_unique<ragged_decode_case>(rs({16}, {16}, 8, {0, 0}), false));
+        // Pages of 64 and 128 tokens (the engine's --page-size; bench_ops --page-sizes): more rows than a
+        // stage of the widest heads holds, so their tiles are runs inside one page; f16 and q4 pages.
+        for (int64_t page : {64, 128}) {
+            ragged_spec s = rs(kw, vw, 4, {3000, 1, 0, 1000}, P::balanced, 132);
+            s.page_size = page;
+            add(std::make_unique<ragged_decode_case>(s, false));
+            s.bits = 4;
+            add(std::make_unique<ragged_decode_case>(s, false));
+        }
         // Widths that are multiples of 8 but not 16 (the CUDA tensor-core kernel copies them in
         // 16-byte chunks and must keep the stale half of its last 16-channel step out of the scores).
         add(std::make_unique<ragged_decode_case>(rs({24, 40, 8, 56}, {8, 120, 40, 24}, 4, {1000, 17, 3}), false));

@@ -36,6 +36,7 @@ struct ragged_spec {
     // V heads, as the engine gives them; else this value for both, e.g. a wrong one (it may cost
     // speed, never correctness: CUDA then stages a pair that does not fit 16 rows in 8-row tiles).
     int64_t width_hint = -1;
+    bool shuffle_pages = true;  // build_page_table's shuffle (decode cases)
 };
 
 // attn_decode_ragged (palu = false) or attn_decode_palu over the spec's requests (bench_ops sweeps).
