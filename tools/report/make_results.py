@@ -39,6 +39,7 @@ from ocl_e2e_section import (SOURCES as OCL_E2E_SOURCES, ocl_bulk_16x32k_section
                              ocl_decode_warps_section, ocl_projection_section, ocl_q4_palu_section,
                              ocl_quant_warps_section, ocl_ragged_warps_section)
 from launch_section import launch_section  # noqa: E402
+from decode_cost_section import decode_cost_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -328,6 +329,7 @@ if quant:
     out += ocl_tensor_core_section(d)
     out += ocl_softmax_section(d)
     out += launch_section(d)
+    out += decode_cost_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}

@@ -37,6 +37,8 @@ blocks, the ragged low-rank pages) for each binary of a file, from
   bench_ops_ocl_palu_warps_h200.csv        7f95561 with KVCOMP_CL_PALU_WARPS=0 (the CUDA-core Palu decode) against
                                            the default (kvc_adp_warps, kept), two passes, and the same binary's
                                            CUDA rows (commit label without a suffix), visit 130
+  bench_ops_ocl_exp2_ftz_h200.csv          abe6ba9 against wip136 (kvc_exp2 and one page lookup per stage; not
+                                           kept), fp16 / ragged f16 / quantized rows, two passes, visit 136
   bench_ops_ocl_quant_cp_async_h200.csv    ae9a387 against 63ddb01 (cp.async rings; reverted), two passes, visit 114
   bench_ops_ocl_quant_bulk_dims_h200.csv   8a95c1a with KVCOMP_CL_BULK_COPY=0 against =1 (bulk copies, kept from
                                            4 KiB regions), head widths 64 / 96 / 128, two passes, visit 118
@@ -130,6 +132,24 @@ _TABLES = [
      "over `none` in the tables before this one are therefore against an fp16 decode 1.27-1.36× slower at batch 16; "
      "\"The methods at 16 × 32K with the per-warp fp16 decode\" below repeats the end-to-end comparison.",
      ),
+    ("bench_ops_ocl_exp2_ftz_h200.csv",
+     "### Experiment, not kept: the per-warp decodes with ex2.approx.ftz and one page lookup per stage (H200, "
+     "NVIDIA's driver, interleaved A/B)",
+     "`bench_ops --cold --sweeps fp16,lowrank,quant` on {device} ({backend}, {date}; 32 query / 8 KV heads, the p50 / "
+     "p70 ragged profiles, pages of 16), two passes of each binary one after the other (`docs/data/{file}`, mean; "
+     "visit 136): `abe6ba9` against `wip136`, whose kernels (the diff is `docs/data/ocl_exp2_ftz_page_once.patch`) "
+     "take the shared lazy softmax's exponentials as `ex2.approx.ftz.f32` (CUDA's `exp2_ftz`; `native_exp2` is the "
+     "non-ftz `ex2`, which ptxas wraps in a compare and two multiplies for denormals) and whose "
+     "`kvc_attn_decode_warps` loads one page number per warp and stage (a warp's 8 tokens of a stage lie in one "
+     "page of 16) and keeps that load ahead of the `cp.async` wait with a `bar.warp.sync`. A local ptxas build of "
+     "the driver's PTX had put the page-table loads after the wait, where nvcc's SASS has them before it; the "
+     "driver's own SASS (from its compute cache, visit 137; `docs/data/ocl_decode_warps_driver_sass_h200.txt`) has "
+     "them before the wait, already one load per stage, and 578 instructions on the loop's common path against "
+     "nvcc's 614, with the same copies, shuffles and exponentials. Op tests of every "
+     "decode passed on the driver with the variant and a fresh cache, and no kernel used private memory "
+     "(`docs/data/gpu_visits_2026-11-28.log`). The last column is the base's time over the variant's: neither "
+     "change moves any decode, so OpenCL's fp16 decode stays behind CUDA's for a reason outside its loop's "
+     "instructions (the sections on page sizes, page order and residency below rule out three more)."),
     ("bench_ops_ocl_ragged_warps_h200.csv",
      "### The OpenCL ragged decode with per-warp streams on the tensor cores (H200, NVIDIA's driver, interleaved A/B)",
      "`bench_ops --cold --sweeps fp16,lowrank` on {device} ({backend}, {date}; 32 query / 8 KV heads, per-KV-head "
