@@ -5,10 +5,14 @@ them. From, all on one NVIDIA H200 (docs/data/gpu_visits_2026-11-28.log):
   bench_ops_page_sizes_h200.csv    the same rows at pages of 16, 32, 64 and 128 tokens, visit 135
   bench_ops_page_order_h200.csv    the pool's pages shuffled (the default) against each request's contiguous, visit 138
   cl_residency_h200.txt            bench/cl_residency on NVIDIA's OpenCL driver, visit 137
+  bench_ops_ocl_worker_scales_warps_h200.csv  the OpenCL ragged decodes cut for 4, 5, 6 and 8 (auto) x the compute
+                                   units, one pass, visit 139
+  bench_ops_ocl_worker_scales4_h200.csv       8 (auto) against 4 x, two passes, visit 140
 The fit: time = fixed + context / rate over the contexts from 16K (least squares), with rate in tokens per ms; the
 streaming rate is the bytes per token times that rate over the copy bandwidth of the same run.
 """
 import collections
+import math
 import os
 import re
 
@@ -17,11 +21,12 @@ from results_data import read_dicts
 FIT_FROM = 16384  # contexts from here on enter the fit (below, launches and ramps dominate)
 TARGET = 0.83     # issue 5's fraction of copy (time <= 1.2 x bytes / copy bandwidth)
 _LABELS = {"decode_fp16": "fp16 pages", "decode_lowrank_balanced_p50": "ragged f16, balanced p50",
-           "decode_lowrank_balanced_p70": "ragged f16, balanced p70"}
+           "decode_lowrank_balanced_p70": "ragged f16, balanced p70",
+           "decode_lowrank_q4_balanced_p70": "ragged q4, balanced p70"}
 
 
 def _label(op):
-    base = re.sub(r"_(pg\d+|seq)(?=_|$)", "", op)
+    base = re.sub(r"_(pg\d+|seq|x\d+)(?=_|$)", "", op)
     return _LABELS.get(base, base)
 
 
@@ -92,11 +97,12 @@ def _ncu_table(rows):
 
 def _variants_table(rows, variant_of, variants, heads):
     """Rows (backend, rows, batch, context) x variants: ms (of copy), then the largest time over the smallest."""
-    cells = {}
+    runs = collections.defaultdict(list)  # several passes of a cell: their mean
     for r in rows:
         v = variant_of(r["op"])
-        cells[(r["backend"], _label(r["op"]), int(r["batch"]), int(r["context"]), v)] = (
-            float(r["time_ms"]), float(r["fraction_of_copy"]))
+        runs[(r["backend"], _label(r["op"]), int(r["batch"]), int(r["context"]), v)].append(
+            (float(r["time_ms"]), float(r["fraction_of_copy"])))
+    cells = {k: (sum(t for t, _ in v) / len(v), sum(f for _, f in v) / len(v)) for k, v in runs.items()}
     keys = sorted({k[:4] for k in cells}, key=lambda k: (k[0] != "cuda:0", k[1], k[2], k[3]))
     out = ["| backend | rows | batch | context | " + " | ".join(heads) + " | slowest / fastest |",
            "|---|---|---|---|" + "---|" * (len(heads) + 1)]
@@ -193,6 +199,51 @@ def decode_cost_section(data_dir):
             f"{min(spread):.3f}-{max(spread):.3f}× per row, and OpenCL's fp16 decode at 16 × 128K takes "
             f"{gap[False]:.2f}× CUDA's time with shuffled pages and {gap[True]:.2f}× with contiguous ones.", "", *table]
 
+    scales = _ops_rows(data_dir, "bench_ops_ocl_worker_scales_warps_h200.csv")
+
+    def tasks_at(backend):
+        found = [(r["op"], re.search(r"sched=([a-z]+/\d+),tasks=(\d+)", r["shape"]).groups()) for r in fixed_rows
+                 if r["backend"] == backend and "lowrank" in r["op"] and r["batch"] == "16" and r["context"] == "32768"]
+        return " and ".join(f"{t} (workers {w.split('/')[1]})" for _, (w, t) in sorted(found))
+    scale_of = lambda op: int(re.search(r"_x(\d+)_", op).group(1)) if "_x" in op else 8  # noqa: E731
+    table, spread = _variants_table(scales, scale_of, [8, 4, 5, 6],
+                                    [f"{s} × CUs ms (of copy)" for s in ("8 (auto)", "4", "5", "6")])
+    best = collections.Counter()
+    cells = collections.defaultdict(dict)
+    for r in scales:
+        cells[(_label(r["op"]), r["batch"], r["context"])][scale_of(r["op"])] = float(r["time_ms"])
+    for c in cells.values():
+        best[min(c, key=c.get)] += 1
+    out += ["### The OpenCL ragged decodes cut for fewer workers (H200, NVIDIA's driver, visit 139)", "",
+            "`bench_ops --cold --sweeps lowrank --worker-scales auto,4,5,6 --contexts 32K,128K` on "
+            f"{scales[0]['device']} (opencl:1, one pass, `docs/data/bench_ops_ocl_worker_scales_warps_h200.csv`): "
+            "OpenCL's `workers=auto` cuts the balanced schedule for 8 × the compute units (measured with the "
+            "work-group kernels, before the per-warp ones), CUDA's `auto` for its resident blocks: at 16 × 32K in "
+            f"visit 134 that was {tasks_at('opencl:1')} tasks on OpenCL against {tasks_at('cuda:0')} on CUDA (p50, "
+            "p70). The per-warp kernels keep 5 (`kvc_adr_warps`) and 4 (`kvc_adr_q4_warps`) "
+            "work-groups per SM by their registers. Fastest scale per row: "
+            + ", ".join(f"{'8 (auto)' if k == 8 else k} × in {n}" for k, n in sorted(best.items()))
+            + f" of {len(cells)}; no scale is fastest everywhere (the slowest over the fastest is "
+            f"{min(spread):.2f}-{max(spread):.2f}× per row).", "", *table]
+    ab = _ops_rows(data_dir, "bench_ops_ocl_worker_scales4_h200.csv")
+    table, _ = _variants_table(ab, scale_of, [8, 4], ["8 (auto) × CUs ms (of copy)", "4 × CUs ms (of copy)"])
+    ratio = collections.defaultdict(lambda: collections.defaultdict(list))
+    for r in ab:
+        ratio[(r["op"].replace("_x4", ""), r["batch"], r["context"])][scale_of(r["op"])].append(float(r["time_ms"]))
+
+    pass_spread = max(100 * (max(t) / min(t) - 1) for v in ratio.values() for t in v.values())
+
+    def geo(batch):
+        logs = [math.log((sum(v[4]) / len(v[4])) / (sum(v[8]) / len(v[8]))) for k, v in ratio.items() if k[1] == batch]
+        return math.exp(sum(logs) / len(logs))
+    out += [f"Two more passes of 8 × against 4 × in the next visit (`docs/data/bench_ops_ocl_worker_scales4_h200.csv`, "
+            f"mean; the two passes' times of a cell differ by at most {pass_spread:.1f} %): 4 × takes "
+            f"{geo('1'):.2f}× auto's time at batch 1 and {geo('16'):.2f}× at batch 16 (geometric means over the rows). "
+            "Likely causes, not measured apart: fewer workers mean fewer tasks and partials, and a batch-1 row's "
+            "merge (one work-group per query head) reads every partial of the row; at 16 × 128K the finer cut "
+            "balances better. `auto` stays at 8 × for now: a rule by "
+            "batch (or by rows per compute unit) needs the batches between 1 and 16 measured, and end-to-end runs.",
+            "", *table]
     device, blocks = _residency(os.path.join(data_dir, "cl_residency_h200.txt"))
     held = max(kib * lo for wg, b in blocks for kib, lo, _ in b if wg == 128 and kib >= 24)
     out += ["### Work-groups per SM on NVIDIA's OpenCL driver, by local memory (H200, visit 137)", "",
