@@ -61,6 +61,14 @@ void die(const std::string & what, cl_int err = CL_SUCCESS) {
     std::exit(1);
 }
 
+// A whole decimal number (or, for `real`, a number) of option `name`, else a message naming it.
+double parse_number(const std::string & name, const std::string & v, bool real = false) {
+    char * end = nullptr;
+    const double x = real ? std::strtod(v.c_str(), &end) : double(std::strtol(v.c_str(), &end, 10));
+    if (v.empty() || end != v.c_str() + v.size()) die(name + " takes a number, got '" + v + "'");
+    return x;
+}
+
 void check(cl_int err, const char * what) {
     if (err != CL_SUCCESS) die(what, err);
 }
@@ -122,20 +130,22 @@ int main(int argc, char ** argv) {
             return argv[++i];
         };
         if (a == "-d")
-            dev_index = std::atoi(value().c_str());
+            dev_index = int(parse_number(a, value()));
         else if (a == "--wg")
-            wg = std::atoi(value().c_str());
+            wg = int(parse_number(a, value()));
         else if (a == "--groups-per-cu")
-            groups_per_cu = std::atoi(value().c_str());
+            groups_per_cu = int(parse_number(a, value()));
         else if (a == "--spin-us")
-            spin_us = std::atof(value().c_str());
+            spin_us = parse_number(a, value(), true);
         else if (a == "--local") {
             local_kib.clear();
             const std::string v = value();
-            for (size_t p = 0; p < v.size();) {
-                const size_t c = v.find(',', p);
-                local_kib.push_back(std::atoi(v.substr(p, c - p).c_str()));
-                p = c == std::string::npos ? v.size() : c + 1;
+            for (size_t p = 0; p <= v.size();) {
+                const size_t c = std::min(v.find(',', p), v.size());
+                const int kib = int(parse_number(a, v.substr(p, c - p)));
+                if (kib < 0) die("--local sizes must be >= 0 KiB, got " + std::to_string(kib));
+                local_kib.push_back(kib);
+                p = c + 1;
             }
         } else if (a == "-h" || a == "--help") {
             std::printf(
