@@ -158,11 +158,11 @@ def decode_cost_section(data_dir):
         f"{span(cu, 1, '.0f')} µs and {span(cl, 1, '.0f')} µs; the fp16 decode streams at "
         + ", ".join(f"{v[0]:.2f} ({be})" for be, v in sorted(fp.items()))
         + " with " + ", ".join(f"{v[1]:.0f} µs ({be})" for be, v in sorted(fp.items()))
-        + ". So the ragged decodes miss the 32K target on both counts: their rate alone is near it, and the fixed "
+        + ". Where a ragged row misses the 32K target it does so on both counts: its rate alone is near it, and the fixed "
         f"cost is {min(v[2] for v in cu + cl):.2f}-{max(v[2] for v in cu + cl):.2f} of their time at 16 × 32K. Of "
         f"that, the merge kernel takes {merge_lo:.0f}-{merge_hi:.0f} µs timed alone under Nsight Compute (below); "
-        "the rest is the decode's start (task, q and page-table loads before the first copy lands) and its last "
-        "wave, which the profiler's SM activity shows as idle SM time.")
+        "the rest would be the decode's start (task, q and page-table loads before the first copy lands) and its "
+        "last wave, which the profiler's SM activity shows as idle SM time (not measured apart).")
     out += ["", *table]
     out.append(
         "Nsight Compute on cuda:0 in the same visit (`docs/data/ncu_decode_fixed_cost_h200.csv`; `ncu --metrics` over "
