@@ -108,8 +108,8 @@ std::map<uint64_t, int> residency(const std::vector<uint64_t> & rec, size_t grou
     }
     std::map<uint64_t, int> out;
     for (auto & [sm, ev] : events) {
-        std::sort(ev.begin(),
-                  ev.end());  // at equal times the end (-1) sorts first: touching is not overlapping
+        // At equal times the end (-1) sorts first: intervals that only touch do not overlap.
+        std::sort(ev.begin(), ev.end());
         int now = 0, most = 0;
         for (const auto & e : ev) most = std::max(most, now += e.second);
         out[sm] = most;

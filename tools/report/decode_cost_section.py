@@ -16,18 +16,17 @@ import math
 import os
 import re
 
+from ocl_softmax_section import row_label
 from results_data import read_dicts
 
 FIT_FROM = 16384  # contexts from here on enter the fit (below, launches and ramps dominate)
 TARGET = 0.83     # issue 5's fraction of copy (time <= 1.2 x bytes / copy bandwidth)
-_LABELS = {"decode_fp16": "fp16 pages", "decode_lowrank_balanced_p50": "ragged f16, balanced p50",
-           "decode_lowrank_balanced_p70": "ragged f16, balanced p70",
-           "decode_lowrank_q4_balanced_p70": "ragged q4, balanced p70"}
-
-
 def _label(op):
+    """ocl_softmax_section's (cache, profile) label of a row, its page-size, page-order and worker-scale
+    suffixes (bench_ops --page-sizes, --page-order, --worker-scales) left out."""
     base = re.sub(r"_(pg\d+|seq|x\d+)(?=_|$)", "", op)
-    return _LABELS.get(base, base)
+    label = row_label(base)
+    return " ".join(part for part in label if part) if label else base
 
 
 def _ops_rows(data_dir, name):

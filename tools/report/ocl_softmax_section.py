@@ -59,7 +59,7 @@ _OPS = {"decode_fp16": ("fp16 pages", ""), "decode_kivi2": ("kivi2 blocks", ""),
         "decode_kivi4": ("kivi4 blocks", ""), "decode_zipcache": ("zipcache blocks", "")}
 
 
-def _row_label(op):
+def row_label(op):
     """(cache, profile) of a decode row, or None for rows these tables leave out. The quant sweep's rows at
     other head widths (decode_<layout>_d<W>) have the width as their profile."""
     if op in _OPS:
@@ -87,7 +87,7 @@ def commits_table(rows, title, caption):
         return []
     cells = {}
     for r in rows:
-        label = _row_label(r["op"])
+        label = row_label(r["op"])
         if label is None or not r["time_ms"]:
             continue
         cells.setdefault(label + (int(r["batch"]), int(r["context"])), {}).setdefault(r["commit"], []).append(
