@@ -10,10 +10,12 @@
                             line-retrieval examples per point, the seed of the grid above).
   eval_zipcache_kivi_seed2_cpu.csv  ZipCache (r = 0.3 and 0.4, blocks of 200) and KIVI-2 (about r = 0.3's bytes) on
                             128 other examples (seed 2; the CPU reference backend).
+  eval_quant_lines512_fine_h200.csv  a fine grid against KIVI at 512 examples (quant_frontier_section.py).
 Every number is read from those files; nothing is typed here.
 """
 import os
 
+from quant_frontier_section import SOURCE as FRONTIER, quant_frontier_section
 from results_data import provenance
 
 SOURCE = "eval_quant_grid_paged_h200.csv"
@@ -21,7 +23,7 @@ LINES512 = "eval_quant_lines512_h200.csv"
 ROW_WINDOW = "eval_quant_grid_h200.csv"
 BLOCKS_CPU = "eval_zipcache_blocks_cpu.csv"
 SEED2_CPU = "eval_zipcache_kivi_seed2_cpu.csv"
-SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU)
+SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU, FRONTIER)
 
 
 def _opts(r):
@@ -239,6 +241,7 @@ def quant_grid_section(results):
            "the window fills); every point is scored next to none on the same examples.", ""]
     out += _line_retrieval(lr)
     out += _lines512([r for r in results if r["source"] == LINES512])
+    out += quant_frontier_section(results)
     out += _blocks_cpu([r for r in results if r["source"] == BLOCKS_CPU], lr)
     out += _seed2_cpu([r for r in results if r["source"] == SEED2_CPU],
                       [r for r in results if r["source"] == BLOCKS_CPU and r["task"] == "line_retrieval"] + lr)
