@@ -156,7 +156,8 @@ std::vector<std::pair<int64_t, int64_t>> parse_prefill(const std::string & s) {
 }
 
 // The decode tasks the backend runs at once for a ragged decode case of this spec (the kernel
-// choice depends on the widest head, the page format and the group; not on lengths).
+// choice depends on the widest head, the page format and the group, OpenCL's count on the batch too;
+// not on lengths).
 int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs, bool palu) {
     ragged_layout kv;
     kv.n_kv_heads = int64_t(rs.k_widths.size());
@@ -172,10 +173,11 @@ int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs
     if (palu) {
         attn_decode_palu_params p;
         p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.head_dim = rs.head_dim, p.rot_dim = rs.rot_dim;
+        p.batch = int64_t(rs.lens.size());
         return be.concurrent_workgroups(p);
     }
     attn_decode_ragged_params p;
-    p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group;
+    p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.batch = int64_t(rs.lens.size());
     return be.concurrent_workgroups(p);
 }
 

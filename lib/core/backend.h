@@ -91,7 +91,8 @@ public:
     // compute units: what a host scheduler that cuts work into waves plans for (the decode task
     // lists of host/lowrank/decode_schedule.h, one work-group per task). An op that launches several
     // work-groups per task counts tasks. Default: one per compute unit; CUDA asks its occupancy
-    // calculator about the kernel run() would pick.
+    // calculator about the kernel run() would pick; OpenCL GPUs plan 8 per compute unit, 4 for ragged
+    // decodes of few (request, KV head) rows (the params' batch counts).
     virtual int64_t concurrent_workgroups(const op_params & params) const;
 
 protected:

@@ -314,7 +314,10 @@ class lowrank_method : public kv_method {
                 sc.schedule_at = sched_[same].schedule_at, sc.merge_at = sched_[same].merge_at;
                 continue;
             }
-            if (sc.workers == 0) sc.workers = workers_for(be, L, s.batch);
+            // The backend's answer may depend on the batch (OpenCL); a new batch is searched anew
+            // (schedule_cut_reusable needs the same requests), so it is asked again then.
+            if (sc.workers == 0 || sc.workers_batch != s.batch)
+                sc.workers = workers_for(be, L, s.batch), sc.workers_batch = s.batch;
             opt.n_workers = sc.workers;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
                                hl::schedule_cut_reusable(sc.searched_lens, lens);
@@ -335,7 +338,8 @@ class lowrank_method : public kv_method {
     // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
     // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
     // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200; on OpenCL
-    // GPUs 8 x the compute units, on CPU devices one per compute unit). Palu's layers ask for
+    // GPUs 8 x the compute units, 4 x where batch x KV heads is at most half of them; on CPU devices
+    // one per compute unit). Palu's layers ask for
     // attn_decode_palu: the backend knows which of its kernels runs (CUDA: the tensor-core kernel's
     // resident blocks, one per SM for its CUDA-core kernel; OpenCL: as for its ragged decode; CPU: one
     // per compute unit).
@@ -353,7 +357,7 @@ class lowrank_method : public kv_method {
     }
 
     struct step_schedule {
-        int64_t workers = 0;  // workers_for, asked once
+        int64_t workers = 0, workers_batch = 0;  // workers_for, asked again when the batch changes
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
         // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.

@@ -216,12 +216,19 @@ std::string attn_decode_ragged_kernel(backend & be, const attn_decode_ragged_par
 // was 2-4 % slower at two points (f16 p70 1 x 32K, q4 p70 1 x 4K) and equal or faster at the rest.
 // The Palu decode (attn_decode_palu.cl, 128 work-items) alike: cut for one per compute unit it took
 // 1.25-1.41x its time at 8 at batch 16 and 0.99-1.47x at batch 1 (one pass,
-// docs/data/bench_ops_ocl_palu_scales_h200.csv). 8 is the largest scale measured. CPU devices (PoCL)
-// run one work-group per core at a time.
-int64_t concurrent_decode_tasks(const cl_backend & be) {
-    constexpr int64_t kTasksPerComputeUnitGpu = 8;
+// docs/data/bench_ops_ocl_palu_scales_h200.csv). CPU devices (PoCL) run one work-group per core at a
+// time.
+// Fewer (request, KV head) rows than half the compute units: 4 x. Such a row is cut into
+// 8 x CUs / rows >= 16 tasks, each of which pays its start and its partial, and the row's merge reads
+// every partial; with the per-warp kernels, 4 x took 0.89-0.98x the time of 8 x at batches 1-8 and
+// 1.01x at batch 16 (H200, geometric means over the f16 p50 / p70 and q4 p70 rows at 32K and 128K,
+// docs/data/bench_ops_ocl_worker_scales_batches_h200.csv, visit 141; batch 16 x 8 KV heads is 128 rows on 132 CUs).
+// Palu keeps 8 x: its scales were measured with its own kernel, not by batch.
+int64_t concurrent_decode_tasks(const cl_backend & be, int64_t rows, bool palu) {
     const int64_t cus = std::max(1, be.info().compute_units);
-    return be.info().is_gpu ? cus * kTasksPerComputeUnitGpu : cus;
+    if (!be.info().is_gpu) return cus;
+    const bool few_rows = !palu && rows * 2 <= cus;
+    return cus * (few_rows ? 4 : 8);
 }
 
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {

@@ -428,9 +428,10 @@ size_t cl_backend::reduction_wg(size_t want) const {
 }
 
 int64_t cl_backend::concurrent_workgroups(const op_params & params) const {
-    if (std::holds_alternative<attn_decode_ragged_params>(params) ||
-        std::holds_alternative<attn_decode_palu_params>(params))
-        return concurrent_decode_tasks(*this);
+    if (const auto * p = std::get_if<attn_decode_ragged_params>(&params))
+        return concurrent_decode_tasks(*this, p->batch * p->kv.n_kv_heads, false);
+    if (const auto * p = std::get_if<attn_decode_palu_params>(&params))
+        return concurrent_decode_tasks(*this, p->batch * p->kv.n_kv_heads, true);
     return backend::concurrent_workgroups(params);
 }
 

@@ -304,9 +304,9 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op);
 void run_attn_prefill_ragged(cl_backend & be, const op_desc & op);
 void run_attn_decode_palu(cl_backend & be, const op_desc & op);
 
-// Decode tasks of attn_decode_ragged and attn_decode_palu a host schedule is cut for
-// (backend::concurrent_workgroups; attn_decode_ragged.cpp says why).
-int64_t concurrent_decode_tasks(const cl_backend & be);
+// Decode tasks of attn_decode_ragged and attn_decode_palu a host schedule is cut for, for an op of
+// `rows` (request, KV head) rows (backend::concurrent_workgroups; attn_decode_ragged.cpp says why).
+int64_t concurrent_decode_tasks(const cl_backend & be, int64_t rows, bool palu);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);

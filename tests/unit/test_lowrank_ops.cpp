@@ -460,24 +460,34 @@ TEST_P(lowrank_ops, output_is_independent_of_the_schedule) {
 // What the engine's workers=auto cuts its decode schedules for: at least one task per compute unit,
 // and no more than an SM holds blocks (32 on every CUDA GPU so far); on CUDA, the tensor-core kernel
 // of 4 warps and 72 KiB keeps 3 per SM where 228 KiB of shared memory fit them (sm_80+: H100, H200);
-// OpenCL plans 8 per compute unit on GPUs and 1 on CPU devices (lib/opencl/attn_decode_ragged.cpp).
+// OpenCL plans 8 per compute unit on GPUs (4 for ragged decodes of at most CUs / 2 (request, KV head)
+// rows, Palu always 8) and 1 on CPU devices (lib/opencl/attn_decode_ragged.cpp).
 TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
     const int64_t cu = std::max(1, be->info().compute_units);
+    const int64_t few = std::max<int64_t>(1, cu / 16), many = cu;  // of 8 KV heads: <= cu / 2 rows (cu >= 16), > cu / 2
     for (int bits : {16, 4})
-        for (int64_t max_width : {int64_t(64), int64_t(128), int64_t(256)}) {
-            attn_decode_ragged_params p;
-            p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = max_width, p.kv.bits = bits;
-            p.kv.k_total = p.kv.v_total = 8 * max_width;
-            p.n_q_heads = 32;
-            const int64_t n = be->concurrent_workgroups(p);
-            EXPECT_GE(n, cu) << bits << "-bit pages, widest head " << max_width;
-            EXPECT_LE(n, 32 * cu) << bits << "-bit pages, widest head " << max_width;
-            if (be->info().api == "CPU" || (be->info().api == "OpenCL" && !be->info().is_gpu)) {
-                EXPECT_EQ(n, cu) << "one work-group per compute unit";
-            } else if (be->info().api == "OpenCL") {
-                EXPECT_EQ(n, 8 * cu) << "OpenCL GPU: 8 work-groups per compute unit";
+        for (int64_t max_width : {int64_t(64), int64_t(128), int64_t(256)})
+            for (int64_t batch : {few, many}) {
+                attn_decode_ragged_params p;
+                p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = max_width, p.kv.bits = bits;
+                p.kv.k_total = p.kv.v_total = 8 * max_width;
+                p.n_q_heads = 32, p.batch = batch;
+                const int64_t n = be->concurrent_workgroups(p);
+                EXPECT_GE(n, cu) << bits << "-bit pages, widest head " << max_width;
+                EXPECT_LE(n, 32 * cu) << bits << "-bit pages, widest head " << max_width;
+                if (be->info().api == "CPU" || (be->info().api == "OpenCL" && !be->info().is_gpu)) {
+                    EXPECT_EQ(n, cu) << "one work-group per compute unit";
+                } else if (be->info().api == "OpenCL") {
+                    EXPECT_EQ(n, (batch * 8 * 2 <= cu ? 4 : 8) * cu)
+                        << "OpenCL GPU, batch " << batch << ": 4 work-groups per compute unit for few rows, else 8";
+                }
             }
-        }
+    if (be->info().api == "OpenCL" && be->info().is_gpu) {
+        attn_decode_palu_params p;
+        p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 64, p.kv.k_total = p.kv.v_total = 512;
+        p.n_q_heads = 32, p.head_dim = 128, p.rot_dim = 128, p.batch = few;
+        EXPECT_EQ(be->concurrent_workgroups(p), 8 * cu) << "OpenCL GPU, Palu: 8 per compute unit at any batch";
+    }
     if (be->info().api == "CUDA" && be->info().api_version.find("compute capability 9.0") != std::string::npos) {
         attn_decode_ragged_params p;
         p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 128, p.kv.k_total = 512, p.kv.v_total = 384;

@@ -8,6 +8,7 @@ them. From, all on one NVIDIA H200 (docs/data/gpu_visits_2026-11-28.log):
   bench_ops_ocl_worker_scales_warps_h200.csv  the OpenCL ragged decodes cut for 4, 5, 6 and 8 (auto) x the compute
                                    units, one pass, visit 139
   bench_ops_ocl_worker_scales4_h200.csv       8 (auto) against 4 x, two passes, visit 140
+  bench_ops_ocl_worker_scales_batches_h200.csv  8 against 4 x at batches 1, 2, 4, 8 and 16, one pass, visit 141
 The fit: time = fixed + context / rate over the contexts from 16K (least squares), with rate in tokens per ms; the
 streaming rate is the bytes per token times that rate over the copy bandwidth of the same run.
 """
@@ -114,6 +115,32 @@ def _variants_table(rows, variant_of, variants, heads):
                    + " | ".join(f"{g[0]:.4f} ({g[1]:.2f})" if g else "–" for g in got)
                    + f" | {max(times) / min(times):.3f}× |")
     return out + [""], spread
+
+
+def _scales_by_batch(data_dir, scale_of):
+    """8 (auto until then) against 4 x the compute units at batches 1-16 (visit 141), and the rule taken from it."""
+    name = "bench_ops_ocl_worker_scales_batches_h200.csv"
+    rows = _ops_rows(data_dir, name)
+    if not rows:
+        return []
+    table, _ = _variants_table(rows, scale_of, [8, 4], ["8 × CUs ms (of copy)", "4 × CUs ms (of copy)"])
+    ratio = collections.defaultdict(dict)
+    for r in rows:
+        ratio[(r["op"].replace("_x4", ""), int(r["batch"]), r["context"])][scale_of(r["op"])] = float(r["time_ms"])
+    by_batch = collections.defaultdict(list)
+    for (_, b, _), v in ratio.items():
+        by_batch[b].append(math.log(v[4] / v[8]))
+    geo = {b: math.exp(sum(v) / len(v)) for b, v in by_batch.items()}
+    return [f"### The OpenCL ragged decodes cut for 4 × and 8 × the compute units at batches 1-16 (H200, NVIDIA's "
+            "driver, visit 141)", "",
+            "`bench_ops --cold --sweeps lowrank --worker-scales auto,4 --batches 1,2,4,8,16 --contexts 32K,128K` on "
+            f"{rows[0]['device']} (opencl:1, one pass, `docs/data/{name}`, binary `{rows[0]['commit'].split('+')[0]}`, "
+            "whose auto was 8 × everywhere). 4 × over 8 ×, geometric mean over the rows of a batch: "
+            + ", ".join(f"batch {b}: {geo[b]:.2f}×" for b in sorted(geo))
+            + ". So since this visit `workers=auto` on an OpenCL GPU cuts the ragged decodes (f16 and q4 pages) for "
+            "4 × the compute units where the op's (request, KV head) rows are at most half the compute units (batch "
+            "≤ 8 at 8 KV heads on 132), and for 8 × otherwise; Palu keeps 8 ×. A row then has 8 × CUs / rows ≥ 16 "
+            "tasks at 8 ×, each paying its start and its partial, and its merge reads them all.", "", *table]
 
 
 def _residency(path):
@@ -240,9 +267,10 @@ def decode_cost_section(data_dir):
             f"{geo('1'):.2f}× auto's time at batch 1 and {geo('16'):.2f}× at batch 16 (geometric means over the rows). "
             "Likely causes, not measured apart: fewer workers mean fewer tasks and partials, and a batch-1 row's "
             "merge (one work-group per query head) reads every partial of the row; at 16 × 128K the finer cut "
-            "balances better. `auto` stays at 8 × for now: a rule by "
-            "batch (or by rows per compute unit) needs the batches between 1 and 16 measured, and end-to-end runs.",
+            "balances better. `auto` stayed at 8 × then: a rule by "
+            "batch (or by rows per compute unit) needed the batches between 1 and 16 measured (below).",
             "", *table]
+    out += _scales_by_batch(data_dir, scale_of)
     device, blocks = _residency(os.path.join(data_dir, "cl_residency_h200.txt"))
     held = max(kib * lo for wg, b in blocks for kib, lo, _ in b if wg == 128 and kib >= 24)
     out += ["### Work-groups per SM on NVIDIA's OpenCL driver, by local memory (H200, visit 137)", "",
