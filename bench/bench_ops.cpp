@@ -49,6 +49,7 @@ struct options {
     std::vector<int64_t> worker_scales{0};
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::vector<int64_t> token_costs{-1};  // ... and its per-token cost; -1: the engine's default
+    std::vector<int64_t> task_costs{-1};   // ... and its per-task cost; -1: the engine's default
     std::vector<int64_t> page_sizes{16};   // pages of the fp16 and low-rank decode sweeps
     std::vector<bool> shuffle_pages{true};  // ... and their order (false: each request's pages contiguous)
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
@@ -84,6 +85,9 @@ void usage() {
         "                    s_kv * (k_width + v_width + c), or auto (default): the engine's\n"
         "                    (default_token_cost: 1 for f16 pages, 64 for q4); rows of a given c end in\n"
         "                    _tcC before the profile\n"
+        "  --task-costs L    low-rank balanced decodes: the schedule's per-task cost t (a task costs t more,\n"
+        "                    whatever its length; decode_schedule.h), or auto (default): the engine's\n"
+        "                    (default_task_cost); rows of a given t end in _tkT before the profile\n"
         "  --page-sizes L    page sizes in tokens of the fp16 and low-rank decode sweeps (default 16);\n"
         "                    rows of another size end in _pgN (decode_fp16_pgN, "
         "decode_lowrank_*_pgN_<profile>)\n"
@@ -124,7 +128,8 @@ std::vector<std::string> split(const std::string & s) {
     return out;
 }
 
-std::vector<int64_t> parse_sizes(const std::string & s) {
+// A comma list of counts, K = 1024; sizes must be positive, costs (zero_ok) may be 0.
+std::vector<int64_t> parse_sizes(const std::string & s, bool zero_ok = false) {
     std::vector<int64_t> out;
     if (s == "none") return out;
     for (const auto & v : split(s)) {
@@ -134,7 +139,9 @@ std::vector<int64_t> parse_sizes(const std::string & s) {
             n *= 1024;
         else if (used != v.size())
             throw std::invalid_argument("bad size '" + v + "'");
-        if (n <= 0) throw std::invalid_argument("sizes must be positive, got '" + v + "'");
+        if (n < 0 || (n == 0 && !zero_ok))
+            throw std::invalid_argument(std::string(zero_ok ? "costs must be >= 0" : "sizes must be positive") +
+                                        ", got '" + v + "'");
         out.push_back(n);
     }
     return out;
@@ -230,7 +237,13 @@ bool parse(int argc, char ** argv, options & o) {
             o.token_costs.clear();
             for (const auto & v : split(value())) {
                 if (v == "auto") o.token_costs.push_back(-1);
-                else for (int64_t n : parse_sizes(v)) o.token_costs.push_back(n);
+                else for (int64_t n : parse_sizes(v, true)) o.token_costs.push_back(n);
+            }
+        } else if (a == "--task-costs") {
+            o.task_costs.clear();
+            for (const auto & v : split(value())) {
+                if (v == "auto") o.task_costs.push_back(-1);
+                else for (int64_t n : parse_sizes(v, true)) o.task_costs.push_back(n);
             }
         } else if (a == "--quant-dims") {
             o.quant_dims = parse_sizes(value());
@@ -459,7 +472,7 @@ bool bench_device(const device_entry & dev, const options & o) {
         const rank_profile * prof;
         int64_t scale, page_size;
         bool shuffled;
-        int64_t waves, token_cost;
+        int64_t waves, token_cost, task_cost;
         int kind;  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
     };
     std::vector<lowrank_row> lowrank_rows;
@@ -469,8 +482,10 @@ bool bench_device(const device_entry & dev, const options & o) {
                 for (bool shuffled : o.shuffle_pages)
                     for (int64_t waves : o.waves)
                         for (int64_t token_cost : o.token_costs)
-                            for (int kind = 0; kind < 4; ++kind)
-                                lowrank_rows.push_back({&prof, scale, ps, shuffled, waves, token_cost, kind});
+                            for (int64_t task_cost : o.task_costs)
+                                for (int kind = 0; kind < 4; ++kind)
+                                    lowrank_rows.push_back(
+                                        {&prof, scale, ps, shuffled, waves, token_cost, task_cost, kind});
     for (const lowrank_row & r : lowrank_rows) {
         static const char * const names[] = {"decode_lowrank_plain_", "decode_lowrank_balanced_",
                                              "decode_palu_", "decode_lowrank_q4_balanced_"};
@@ -478,9 +493,12 @@ bool bench_device(const device_entry & dev, const options & o) {
             std::string(names[r.kind]) + (r.scale > 0 ? "x" + std::to_string(r.scale) + "_" : "") +
             (r.waves != 4 ? "w" + std::to_string(r.waves) + "_" : "") +
             (r.token_cost >= 0 ? "tc" + std::to_string(r.token_cost) + "_" : "") +
+            (r.task_cost >= 0 ? "tk" + std::to_string(r.task_cost) + "_" : "") +
             (r.page_size != 16 || !r.shuffled ? page_suffix(r.page_size, r.shuffled).substr(1) + "_" : "") +
             r.prof->name;
-        if ((r.token_cost >= 0 && (r.kind == 0 || r.kind == 2)) || !sweep_row(name)) continue;
+        // Token and task costs are the balanced search's: no plain or Palu rows of them.
+        if (((r.token_cost >= 0 || r.task_cost >= 0) && (r.kind == 0 || r.kind == 2)) || !sweep_row(name))
+            continue;
         for (int64_t batch : o.batches)
             for (int64_t ctx : o.contexts) {
                 ragged_spec rs;
@@ -493,6 +511,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                 if (r.kind == 3) rs.bits = 4;
                 // After the page format is set: auto is the engine's cost for it (64 for q4).
                 rs.token_cost = r.token_cost >= 0 ? r.token_cost : host::lowrank::default_token_cost(rs.bits);
+                rs.task_cost = r.task_cost >= 0 ? r.task_cost : host::lowrank::default_task_cost(rs.bits);
                 rs.workers = r.scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * r.scale
                                          : concurrent_decode_tasks(*be, rs, r.kind == 2);
                 rs.policy = r.kind == 0 ? host::lowrank::decode_policy::plain

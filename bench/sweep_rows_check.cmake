@@ -1,6 +1,7 @@
 # bench_ops options checked on the CPU reference: --sweeps / --sweep-rows pick decode sweep rows by name
 # (exactly the matching rows reach the CSV, and an unknown sweep is refused with its name); --page-sizes and
-# --page-order add rows named _pgN / _seq, and an unknown order is refused; --quant-dims
+# --page-order add rows named _pgN / _seq, and an unknown order is refused; --task-costs rows _tkT (balanced
+# sweeps only); --quant-dims
 # adds the quant rows of other head widths (decode_<layout>_d<W>) and refuses a width that is no multiple
 # of 16; --cold [MIB] gives every row a commit ending in "+cold", with or without the size (an option that
 # follows is not taken for it). EXE is bench_ops, DIR scratch.
@@ -42,6 +43,9 @@ expect_rows("copy_bw;decode_kivi2_d48;decode_zipcache;decode_zipcache_d48" --swe
 expect_rows("copy_bw;decode_fp16;decode_fp16_pg32_seq;decode_fp16_seq;decode_lowrank_balanced_pg32_seq_p70"
             --sweeps fp16,lowrank --page-sizes 16,32 --page-order sequential,shuffled
             --sweep-rows "fp16$|fp16_seq|fp16_pg32_seq|lowrank_balanced_pg32_seq_p70")
+# --task-costs: rows of a given per-task cost end in _tkT, and only the balanced sweeps get them.
+expect_rows("copy_bw;decode_lowrank_balanced_tk0_p70;decode_lowrank_balanced_tk4096_p70;decode_lowrank_q4_balanced_tk0_p70;decode_lowrank_q4_balanced_tk4096_p70"
+            --sweeps lowrank --task-costs 0,4K --sweep-rows "_p70$|plain|palu")
 execute_process(COMMAND ${EXE} -b cpu --page-order random RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_QUIET)
 if(rc EQUAL 0 OR NOT err MATCHES "--page-order takes shuffled and/or sequential, got 'random'")
   message(FATAL_ERROR "an unknown page order was not refused (${rc}): ${err}")
@@ -66,4 +70,4 @@ foreach(size IN ITEMS "1" "")
     endif()
   endforeach()
 endforeach()
-message(STATUS "sweep rows selected by name, width, page size and order, bad sweeps, widths and orders refused, --cold rows marked")
+message(STATUS "sweep rows selected by name, width, page size and order, task cost, bad sweeps, widths and orders refused, --cold rows marked")

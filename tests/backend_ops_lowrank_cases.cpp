@@ -323,6 +323,7 @@ class ragged_decode_case : public test_case {
         o.min_chunk_tokens = s.min_chunk_tokens;
         o.waves = s.waves;
         o.token_cost = s.token_cost;
+        o.task_cost = s.task_cost;
         sched_ = lr::build_decode_schedule(s.lens, s.k_widths, s.v_widths, o);
         const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths), g = s.group;
         add_tensor("q", dtype::f32, {batch_, palu ? n_kv_ * g * s.head_dim : g * kt}, tensor_role::input);
@@ -343,6 +344,7 @@ class ragged_decode_case : public test_case {
         std::ostringstream os;
         os << ragged_vars(s_) << ",sched=" << lr::policy_name(s_.policy) << "/" << s_.workers;
         if (s_.token_cost != 1) os << ",token_cost=" << s_.token_cost;
+        if (s_.task_cost != 0) os << ",task_cost=" << s_.task_cost;
         os << ",tasks=" << sched_.n_tasks;
         if (palu_)
             os << ",hd=" << s_.head_dim << ",rot=" << s_.rot_dim

@@ -29,10 +29,11 @@ void cut_equal(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, st
     }
 }
 
-std::vector<int64_t> costs_of(const std::vector<task> & tasks) {
+// The rows' costs as the makespans count them: each plus the task's own cost.
+std::vector<int64_t> costs_of(const std::vector<task> & tasks, int64_t task_cost) {
     std::vector<int64_t> c;
     c.reserve(tasks.size());
-    for (const task & t : tasks) c.push_back(t.cost);
+    for (const task & t : tasks) c.push_back(t.cost + task_cost);
     return c;
 }
 
@@ -90,6 +91,8 @@ std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const s
                      ") and min_chunk_tokens (", opt.min_chunk_tokens, ") must be >= 1");
     KVCOMP_CHECK_ARG(opt.token_cost >= 0 && opt.token_cost <= 1 << 20, "build_decode_schedule: token_cost ",
                      opt.token_cost, " is outside [0, 2^20]");
+    KVCOMP_CHECK_ARG(opt.task_cost >= 0 && opt.task_cost <= 1 << 30, "build_decode_schedule: task_cost ",
+                     opt.task_cost, " is outside [0, 2^30]");
     ragged_heads_table(k_widths, v_widths);  // validates the widths
     KVCOMP_CHECK_ARG(!seq_lens.empty(), "build_decode_schedule: no requests");
     max_len = 0;
@@ -135,9 +138,10 @@ decode_schedule finish(std::vector<task> tasks, int64_t batch, int64_t n_kv, con
         s.merge[size_t(n_lists + 1 + fill[size_t(list)]++)] = int32_t(i);
     }
     if (opt.stats) {
-        s.dispatch_makespan = in_order_makespan(s.costs, opt.n_workers);
-        s.lpt_makespan = schedule_lpt(s.costs, opt.n_workers).makespan;
-        s.lower_bound = makespan_lower_bound(s.costs, opt.n_workers);
+        const std::vector<int64_t> with_task = costs_of(tasks, opt.task_cost);
+        s.dispatch_makespan = in_order_makespan(with_task, opt.n_workers);
+        s.lpt_makespan = schedule_lpt(with_task, opt.n_workers).makespan;
+        s.lower_bound = makespan_lower_bound(with_task, opt.n_workers);
     }
     return s;
 }
@@ -179,10 +183,10 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
             total += cost;
         }
     // Candidate cuts: chunk costs near total / (w * n_workers) for w = 1 .. waves (counts rounded to
-    // nearest and up), and the plain cut. Fewer, larger chunks mean fewer partials to merge; more
-    // waves even out the tail. The LPT makespan of each candidate (balance_scheduler.h) decides;
-    // ties go to fewer tasks.
-    int64_t best = schedule_lpt(costs_of(plain), opt.n_workers).makespan;
+    // nearest and up), and the plain cut. Fewer, larger chunks mean fewer partials to merge and
+    // task starts (task_cost); more waves even out the tail. The LPT makespan of each candidate
+    // (balance_scheduler.h) decides; ties go to fewer tasks.
+    int64_t best = schedule_lpt(costs_of(plain, opt.task_cost), opt.n_workers).makespan;
     std::vector<task> tasks = plain;
     for (int64_t w = 1; w <= opt.waves; ++w)
         for (bool round_up : {false, true}) {
@@ -198,7 +202,7 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
                     const int64_t parts = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, n / opt.min_chunk_tokens));
                     cut_equal(b, c, n, parts, d_sum[size_t(c)], cut);
                 }
-            const int64_t makespan = schedule_lpt(costs_of(cut), opt.n_workers).makespan;
+            const int64_t makespan = schedule_lpt(costs_of(cut, opt.task_cost), opt.n_workers).makespan;
             if (makespan < best || (makespan == best && cut.size() < tasks.size())) {
                 best = makespan;
                 tasks = std::move(cut);
@@ -227,6 +231,10 @@ decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const
 
 int64_t default_token_cost(int64_t page_bits) {
     return page_bits == 4 ? 64 : 1;
+}
+
+int64_t default_task_cost(int64_t /*page_bits*/) {
+    return 0;
 }
 
 bool schedule_cut_reusable(const std::vector<int64_t> & built, const std::vector<int64_t> & now) {

@@ -12,8 +12,9 @@
 //             candidate cuts give every (b, c) chunks of about the same COST, total / (w *
 //             n_workers) for w in 1..waves (chunk counts rounded to nearest and up, chunks no
 //             shorter than min_chunk_tokens), plus the plain cut (it wins when equal token chunks
-//             already fill the waves evenly); the candidate with the smallest LPT makespan is
-//             kept (ties: fewer tasks) and its rows are put in descending cost. A GPU hands the
+//             already fill the waves evenly); the candidate with the smallest LPT makespan (every
+//             task also costing decode_schedule_options::task_cost) is kept (ties: fewer tasks)
+//             and its rows are put in descending cost. A GPU hands the
 //             next work-group to the first free compute unit, so descending order is LPT list
 //             scheduling.
 // Both cover each request's tokens exactly once per KV head; empty requests get no tasks (zeros).
@@ -47,6 +48,11 @@ struct decode_schedule_options {
     // FDC §5.3 count 1 (the softmax); a kernel whose per-token work outweighs a channel's balances
     // better with a larger value (default_token_cost). In [0, 2^20].
     int64_t token_cost = 1;
+    // A task's own cost, in the same units, whatever its length: its start (the task, q and the first
+    // page-table entries loaded before its first pages arrive) and its partial's write and merge. The
+    // search's LPT makespans count it once per task, so it weighs more waves of smaller tasks against
+    // their better-balanced tail; 0 leaves the choice to the tail alone. In [0, 2^30].
+    int64_t task_cost = 0;
     bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)
 };
 
@@ -56,8 +62,9 @@ struct decode_schedule {
     int64_t n_tasks = 0;
     std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + token_cost)
     std::vector<int64_t> parts;  // chunks per (request, KV head), [batch * n_kv_heads] (b-major)
-    // Predicted makespans in cost units on n_workers: the list schedule of the rows in their order
-    // (what GPU dispatch does), LPT of the same tasks (schedule_lpt) and the lower bound.
+    // Predicted makespans in cost units on n_workers (each row's cost plus task_cost): the list
+    // schedule of the rows in their order (what GPU dispatch does), LPT of the same tasks
+    // (schedule_lpt) and the lower bound.
     int64_t dispatch_makespan = 0, lpt_makespan = 0, lower_bound = 0;
 };
 
@@ -66,6 +73,9 @@ struct decode_schedule {
 // parameters, softmax and addressing: on the CUDA tensor-core decode (H200, docs/RESULTS.md "per-token
 // cost") 64 was 5-13 % faster than 1 at batch 16 from 32K, and f16 pages showed no clear gain either way.
 int64_t default_token_cost(int64_t page_bits);
+
+// The engine's task_cost for pages of `page_bits`: 0 (the search weighs the tail alone).
+int64_t default_task_cost(int64_t page_bits);
 
 // Builds the task list for requests of seq_lens tokens and KV heads of the given widths.
 // Throws invalid_argument for negative lengths, bad widths, n_workers/waves/min_chunk_tokens < 1,

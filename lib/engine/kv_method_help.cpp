@@ -26,6 +26,8 @@ const char * const kLowrankHelp =
     "                     backend runs at once (palu: the compute units), N in 1..16 per compute unit\n"
     "  token_cost=auto|N  balanced: a task costs s_kv * (k_width + v_width + N); auto: 1 (ZACK / FDC),\n"
     "                     64 with kv_bits=4; N in [0, 4096]\n"
+    "  task_cost=auto|N   balanced: each task also costs N (its start and partial) when the schedule\n"
+    "                     search compares cuts; auto: 0; N in [0, 2^30]\n"
     "  prefill=padded|ragged   prompt attention at head_dim on zero-padded heads (default) or in the\n"
     "                     reduced dims\n"
     "  prefill_balance=1|0     ragged prefill: row blocks per head scaled by its width (default 1)\n"

@@ -393,6 +393,7 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
     opt.policy = c.balanced_schedule ? host::lowrank::decode_policy::balanced : host::lowrank::decode_policy::plain;
     opt.stats = false;
     opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
+    opt.task_cost = c.task_cost >= 0 ? c.task_cost : host::lowrank::default_task_cost(c.kv_bits);
     return opt;
 }
 

@@ -64,6 +64,9 @@ struct lowrank_method_config {
     // The balanced schedule's per-token cost (decode_schedule_options::token_cost); -1 (token_cost=auto):
     // host::lowrank::default_token_cost of the page format.
     int64_t token_cost = -1;
+    // ... and its per-task cost (decode_schedule_options::task_cost); -1 (task_cost=auto):
+    // host::lowrank::default_task_cost of the page format.
+    int64_t task_cost = -1;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to
@@ -81,8 +84,8 @@ std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg
 // The options of zack / fdc / palu ("--method-opt key=value", kv_method_lowrank_options.cpp), checked;
 // throws invalid_argument naming the option.
 lowrank_method_config lowrank_config_from(host::lowrank::lowrank_method m, const method_options & o);
-// The decode schedule a method of this config builds each step (policy and per-token cost; the
-// workers are the backend's), token_cost=auto resolved for its page format.
+// The decode schedule a method of this config builds each step (policy, per-token and per-task cost;
+// the workers are the backend's), token_cost=auto and task_cost=auto resolved for its page format.
 host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank_method_config & c);
 
 }  // namespace kvcomp::engine

@@ -8,13 +8,17 @@
 //                        task per (request, KV head) in order); results agree up to rounding
 //   workers=auto|N       balanced schedule: the workers tasks are cut and ordered for. auto
 //                        (default): as many as the backend runs at once (on CUDA SMs x resident
-//                        blocks of the decode kernel; OpenCL GPUs 8 x the compute units; CPU
-//                        devices the compute units; palu: the compute units); N in 1..16:
+//                        blocks of the decode kernel; OpenCL GPUs 8 x the compute units, 4 x
+//                        for few (request, KV head) rows; CPU devices the compute units; palu: the
+//                        compute units); N in 1..16:
 //                        compute_units x N. Results agree up to rounding.
 //   token_cost=auto|N    balanced schedule: a task costs s_kv * (k_width + v_width + N); auto
 //                        (default): 1 for f16 pages (ZACK / FDC's cost), 64 for kv_bits=4 pages
 //                        (host/lowrank/decode_schedule.h, default_token_cost); N in [0, 4096].
 //                        Results agree up to rounding.
+//   task_cost=auto|N     balanced schedule: each task also costs N in the search's makespans (its
+//                        start and partial, whatever its length); auto (default): default_task_cost;
+//                        N in [0, 2^30]. Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -57,6 +61,8 @@ lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_opt
     c.worker_scale = int(r.auto_or_integer("workers", 1, 16).value_or(0));
     const bool token_cost_given = r.has("token_cost");
     c.token_cost = r.auto_or_integer("token_cost", 0, 4096).value_or(-1);
+    const bool task_cost_given = r.has("task_cost");
+    c.task_cost = r.auto_or_integer("task_cost", 0, int64_t(1) << 30).value_or(-1);
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
@@ -70,6 +76,8 @@ lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_opt
                      ": option workers only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(!token_cost_given || c.balanced_schedule, "method ", name,
                      ": option token_cost only applies with schedule=balanced");
+    KVCOMP_CHECK_ARG(!task_cost_given || c.balanced_schedule, "method ", name,
+                     ": option task_cost only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(c.kv_bits == 16 || m != hl::lowrank_method::palu, "method ", name,
                      ": option kv_bits=", c.kv_bits,
                      " is not supported for palu (its latent K is reconstructed at full width "

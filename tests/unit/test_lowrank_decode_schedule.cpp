@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "host/lowrank/balance_scheduler.h"
 #include "host/lowrank/decode_schedule.h"
 #include "support/expect_error.h"
 
@@ -177,6 +178,35 @@ TEST(lowrank_decode_schedule, bad_input_gives_clear_errors) {
             build_decode_schedule({10}, {16}, {16}, o);
         },
         status::invalid_argument, {"token_cost -1"});
+    expect_error(
+        [] {
+            decode_schedule_options o = opts(decode_policy::balanced, 4);
+            o.task_cost = int64_t(1) << 31;
+            build_decode_schedule({10}, {16}, {16}, o);
+        },
+        status::invalid_argument, {"task_cost 2147483648", "[0, 2^30]"});
+}
+
+// task_cost: the search counts it once per task, so a large one picks a cut of fewer, longer tasks
+// than none does (the tail then weighs less than the tasks' starts), every cut still covers the tokens,
+// and the reported makespans count it. The engine's default is 0.
+TEST(lowrank_decode_schedule, task_cost_weighs_each_task) {
+    const std::vector<int64_t> lens = {32768}, k = {32, 48, 64, 64, 80, 96, 112, 128}, v = {16, 32, 32, 48, 64, 64, 64, 80};
+    auto build = [&](int64_t task_cost) {
+        decode_schedule_options o = opts(decode_policy::balanced, 32);
+        o.task_cost = task_cost;
+        const decode_schedule s = build_decode_schedule(lens, k, v, o);
+        expect_covers(s, lens, 8);
+        std::vector<int64_t> with_task;
+        for (int64_t c : s.costs) with_task.push_back(c + task_cost);
+        EXPECT_EQ(s.lpt_makespan, schedule_lpt(with_task, 32).makespan) << "task_cost " << task_cost;
+        return s.n_tasks;
+    };
+    const int64_t none = build(0), large = build(int64_t(1) << 24);
+    EXPECT_LT(large, none);
+    EXPECT_LE(large, 32) << "one wave of the 32 workers";
+    EXPECT_EQ(default_task_cost(16), 0);
+    EXPECT_EQ(default_task_cost(4), 0);
 }
 
 // token_cost: every row costs its tokens times (k_width + v_width + token_cost), and a larger one
