@@ -87,7 +87,7 @@ void usage() {
         "                    _tcC before the profile\n"
         "  --task-costs L    low-rank balanced decodes: the schedule's per-task cost t (a task costs t more,\n"
         "                    whatever its length; decode_schedule.h), or auto (default): the engine's\n"
-        "                    (default_task_cost); rows of a given t end in _tkT before the profile\n"
+        "                    (backend::decode_task_cost); rows of a given t end in _tkT before the profile\n"
         "  --page-sizes L    page sizes in tokens of the fp16 and low-rank decode sweeps (default 16);\n"
         "                    rows of another size end in _pgN (decode_fp16_pgN, "
         "decode_lowrank_*_pgN_<profile>)\n"
@@ -162,10 +162,10 @@ std::vector<std::pair<int64_t, int64_t>> parse_prefill(const std::string & s) {
     return out;
 }
 
-// The decode tasks the backend runs at once for a ragged decode case of this spec (the kernel
-// choice depends on the widest head, the page format and the group, OpenCL's count on the batch too;
-// not on lengths).
-int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs, bool palu) {
+// The decode op of a ragged decode case of this spec, as the engine asks the backend about it (the
+// kernel choice depends on the widest head, the page format and the group, OpenCL's count on the batch
+// too; not on lengths). Palu: attn_decode_palu.
+op_params decode_params(const test::ragged_spec & rs, bool palu) {
     ragged_layout kv;
     kv.n_kv_heads = int64_t(rs.k_widths.size());
     kv.page_size = rs.page_size;
@@ -176,16 +176,24 @@ int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs
         kv.max_v_width = std::max(kv.max_v_width, rs.v_widths[c]);
     }
     kv.bits = rs.bits;
-    // Palu: the backend's answer for attn_decode_palu, as the engine's workers_for asks it.
     if (palu) {
         attn_decode_palu_params p;
         p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.head_dim = rs.head_dim, p.rot_dim = rs.rot_dim;
         p.batch = int64_t(rs.lens.size());
-        return be.concurrent_workgroups(p);
+        return p;
     }
     attn_decode_ragged_params p;
     p.kv = kv, p.n_q_heads = kv.n_kv_heads * rs.group, p.batch = int64_t(rs.lens.size());
-    return be.concurrent_workgroups(p);
+    return p;
+}
+
+// The decode tasks the backend runs at once for such a case, and its per-task cost (the engine's
+// workers=auto and task_cost=auto).
+int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs, bool palu) {
+    return be.concurrent_workgroups(decode_params(rs, palu));
+}
+int64_t decode_task_cost(const backend & be, const test::ragged_spec & rs, bool palu) {
+    return be.decode_task_cost(decode_params(rs, palu));
 }
 
 bool parse(int argc, char ** argv, options & o) {
@@ -511,7 +519,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                 if (r.kind == 3) rs.bits = 4;
                 // After the page format is set: auto is the engine's cost for it (64 for q4).
                 rs.token_cost = r.token_cost >= 0 ? r.token_cost : host::lowrank::default_token_cost(rs.bits);
-                rs.task_cost = r.task_cost >= 0 ? r.task_cost : host::lowrank::default_task_cost(rs.bits);
+                rs.task_cost = r.task_cost >= 0 ? r.task_cost : decode_task_cost(*be, rs, r.kind == 2);
                 rs.workers = r.scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * r.scale
                                          : concurrent_decode_tasks(*be, rs, r.kind == 2);
                 rs.policy = r.kind == 0 ? host::lowrank::decode_policy::plain

@@ -247,6 +247,17 @@ class cuda_backend : public backend {
         return backend::concurrent_workgroups(params);
     }
 
+    // The balanced search's per-task cost for the ragged decodes (f16 and q4 pages). Against 0, 16384
+    // took 0.92 / 0.93 / 0.99 x the time at batches 1 / 4 / 16 (H200, two passes, geometric means over
+    // the p50 / p70 f16 and p70 q4 rows at 32K and 128K; at most +0.9 % in a cell; 1 x 128K q4 p70
+    // 0.070 -> 0.050 ms: docs/data/bench_ops_task_cost_h200.csv, visit 142): where batch x KV heads is
+    // small, fewer and longer tasks than the tail alone asks for. Palu (compute-bound) keeps 0.
+    int64_t decode_task_cost(const op_params & params) const override {
+        constexpr int64_t kRaggedDecodeTaskCost = 16384;
+        if (std::holds_alternative<attn_decode_ragged_params>(params)) return kRaggedDecodeTaskCost;
+        return backend::decode_task_cost(params);
+    }
+
   protected:
     void run_checked(const op_desc & op) override {
         device_guard g(ctx_.device);

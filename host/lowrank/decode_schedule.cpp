@@ -233,10 +233,6 @@ int64_t default_token_cost(int64_t page_bits) {
     return page_bits == 4 ? 64 : 1;
 }
 
-int64_t default_task_cost(int64_t /*page_bits*/) {
-    return 0;
-}
-
 bool schedule_cut_reusable(const std::vector<int64_t> & built, const std::vector<int64_t> & now) {
     if (built.size() != now.size()) return false;
     for (size_t b = 0; b < now.size(); ++b)

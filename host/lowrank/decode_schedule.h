@@ -74,9 +74,6 @@ struct decode_schedule {
 // cost") 64 was 5-13 % faster than 1 at batch 16 from 32K, and f16 pages showed no clear gain either way.
 int64_t default_token_cost(int64_t page_bits);
 
-// The engine's task_cost for pages of `page_bits`: 0 (the search weighs the tail alone).
-int64_t default_task_cost(int64_t page_bits);
-
 // Builds the task list for requests of seq_lens tokens and KV heads of the given widths.
 // Throws invalid_argument for negative lengths, bad widths, n_workers/waves/min_chunk_tokens < 1,
 // or sizes that do not fit the contract's i32 arrays.

@@ -23,4 +23,8 @@ int64_t backend::concurrent_workgroups(const op_params &) const {
     return std::max(1, info().compute_units);
 }
 
+int64_t backend::decode_task_cost(const op_params &) const {
+    return 0;
+}
+
 }  // namespace kvcomp

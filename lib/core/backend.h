@@ -95,6 +95,12 @@ public:
     // decodes of few (request, KV head) rows (the params' batch counts).
     virtual int64_t concurrent_workgroups(const op_params & params) const;
 
+    // The cost a host scheduler counts once per task of such an op, in its own units (the balanced
+    // decode schedule's task_cost, host/lowrank/decode_schedule.h): what a task costs beside its
+    // tokens (its start, its partial and the merge's read of it). Default 0: the search weighs the
+    // tail alone. CUDA: 16384 for the ragged decodes, whose workers are its resident blocks.
+    virtual int64_t decode_task_cost(const op_params & params) const;
+
 protected:
     virtual void run_checked(const op_desc & op) = 0;  // op already validated
 };

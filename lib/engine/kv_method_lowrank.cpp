@@ -316,9 +316,11 @@ class lowrank_method : public kv_method {
             }
             // The backend's answer may depend on the batch (OpenCL); a new batch is searched anew
             // (schedule_cut_reusable needs the same requests), so it is asked again then.
-            if (sc.workers == 0 || sc.workers_batch != s.batch)
+            if (sc.workers == 0 || sc.workers_batch != s.batch) {
                 sc.workers = workers_for(be, L, s.batch), sc.workers_batch = s.batch;
-            opt.n_workers = sc.workers;
+                sc.task_cost = task_cost_for(be, L, s.batch);
+            }
+            opt.n_workers = sc.workers, opt.task_cost = sc.task_cost;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
                                hl::schedule_cut_reusable(sc.searched_lens, lens);
             hl::decode_schedule ds = reuse ? hl::schedule_with_parts(lens, L.k, L.v, sc.parts, opt)
@@ -335,29 +337,39 @@ class lowrank_method : public kv_method {
         be.upload(*sched_buf_, 0, host.data(), host.size() * 4);
     }
 
-    // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
-    // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
-    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200; on OpenCL
-    // GPUs 8 x the compute units, 4 x where batch x KV heads is at most half of them; on CPU devices
-    // one per compute unit). Palu's layers ask for
-    // attn_decode_palu: the backend knows which of its kernels runs (CUDA: the tensor-core kernel's
-    // resident blocks, one per SM for its CUDA-core kernel; OpenCL: as for its ragged decode; CPU: one
-    // per compute unit).
-    int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
-        if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
+    // The decode op a layer runs, as the backend's schedule queries take it: Palu's layers
+    // attn_decode_palu (the backend knows which of its kernels runs), the others attn_decode_ragged.
+    op_params decode_params(const lowrank_layer & L, int64_t batch) const {
         if (rebuilds_keys(L)) {
             attn_decode_palu_params p;
             p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads, p.head_dim = shape_.head_dim;
             p.rot_dim = shape_.head_dim, p.style = rope_style::neox;  // as decode() runs it
-            return be.concurrent_workgroups(p);
+            return p;
         }
         attn_decode_ragged_params p;
         p.kv = layout(L), p.batch = batch, p.n_q_heads = shape_.n_q_heads;
-        return be.concurrent_workgroups(p);
+        return p;
+    }
+
+    // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
+    // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
+    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200, the Palu
+    // tensor-core kernel's resident blocks, one per SM for its CUDA-core kernel; on OpenCL GPUs 8 x
+    // the compute units, 4 x for ragged decodes where batch x KV heads is at most half of them; on CPU
+    // devices one per compute unit).
+    int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
+        if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
+        return be.concurrent_workgroups(decode_params(L, batch));
+    }
+
+    // The search's per-task cost: task_cost=N, or (auto) the backend's (backend::decode_task_cost).
+    int64_t task_cost_for(backend & be, const lowrank_layer & L, int64_t batch) const {
+        return c_.task_cost >= 0 ? c_.task_cost : be.decode_task_cost(decode_params(L, batch));
     }
 
     struct step_schedule {
-        int64_t workers = 0, workers_batch = 0;  // workers_for, asked again when the batch changes
+        // workers_for and task_cost_for, asked again when the batch changes
+        int64_t workers = 0, workers_batch = 0, task_cost = 0;
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
         // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.
@@ -393,7 +405,7 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
     opt.policy = c.balanced_schedule ? host::lowrank::decode_policy::balanced : host::lowrank::decode_policy::plain;
     opt.stats = false;
     opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
-    opt.task_cost = c.task_cost >= 0 ? c.task_cost : host::lowrank::default_task_cost(c.kv_bits);
+    opt.task_cost = std::max<int64_t>(c.task_cost, 0);  // auto (-1): the backend's, per layer (task_cost_for)
     return opt;
 }
 

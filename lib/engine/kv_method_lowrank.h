@@ -64,8 +64,8 @@ struct lowrank_method_config {
     // The balanced schedule's per-token cost (decode_schedule_options::token_cost); -1 (token_cost=auto):
     // host::lowrank::default_token_cost of the page format.
     int64_t token_cost = -1;
-    // ... and its per-task cost (decode_schedule_options::task_cost); -1 (task_cost=auto):
-    // host::lowrank::default_task_cost of the page format.
+    // ... and its per-task cost (decode_schedule_options::task_cost); -1 (task_cost=auto): the
+    // backend's (backend::decode_task_cost), asked per layer.
     int64_t task_cost = -1;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
@@ -85,7 +85,8 @@ std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg
 // throws invalid_argument naming the option.
 lowrank_method_config lowrank_config_from(host::lowrank::lowrank_method m, const method_options & o);
 // The decode schedule a method of this config builds each step (policy, per-token and per-task cost;
-// the workers are the backend's), token_cost=auto and task_cost=auto resolved for its page format.
+// the workers are the backend's), token_cost=auto resolved for its page format; task_cost=auto is
+// the backend's and left 0 here (the engine asks the backend per layer).
 host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank_method_config & c);
 
 }  // namespace kvcomp::engine

@@ -300,8 +300,8 @@ TEST(lowrank_errors, calibration_of_another_model_or_method_names_the_file) {
 }
 
 // The options as the engine's per-step schedule gets them: token_cost=auto resolves per page format
-// (1 for f16 pages, 64 for kv_bits=4), task_cost=auto to the default, a given N is kept, and
-// schedule=plain is the plain policy.
+// (1 for f16 pages, 64 for kv_bits=4), task_cost=auto stays the backend's (-1 in the config), a
+// given N is kept, and schedule=plain is the plain policy.
 TEST(lowrank_options, token_cost_and_policy_reach_the_decode_schedule) {
     auto opts = [](engine::method_options o) {
         o["calib"] = "any.safetensors";  // parsing only: the file is opened when the method loads
@@ -313,9 +313,9 @@ TEST(lowrank_options, token_cost_and_policy_reach_the_decode_schedule) {
     EXPECT_EQ(opts({{"token_cost", "auto"}, {"kv_bits", "4"}}).token_cost, 64);
     EXPECT_EQ(opts({{"token_cost", "512"}}).token_cost, 512);
     EXPECT_EQ(opts({{"token_cost", "0"}, {"kv_bits", "4"}}).token_cost, 0);
-    EXPECT_EQ(opts({}).task_cost, 0);
-    EXPECT_EQ(opts({{"task_cost", "auto"}, {"kv_bits", "4"}}).task_cost, hl::default_task_cost(4));
+    EXPECT_EQ(opts({}).task_cost, 0) << "auto: the backend's, asked per layer by the engine";
     EXPECT_EQ(opts({{"task_cost", "16384"}}).task_cost, 16384);
+    EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).task_cost, -1);
     EXPECT_EQ(opts({{"schedule", "plain"}}).policy, hl::decode_policy::plain);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}, {"workers", "3"}}).worker_scale, 3);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).worker_scale, 0);

@@ -482,6 +482,17 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
                         << "OpenCL GPU, batch " << batch << ": 4 work-groups per compute unit for few rows, else 8";
                 }
             }
+    // The balanced search's per-task cost (the engine's task_cost=auto): CUDA's ragged decodes count
+    // 16384 per task (cuda_backend/backend_cuda.cpp), every other backend and Palu 0.
+    {
+        attn_decode_ragged_params p;
+        p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 128, p.kv.k_total = 512, p.kv.v_total = 384;
+        p.n_q_heads = 32, p.batch = 1;
+        EXPECT_EQ(be->decode_task_cost(p), be->info().api == "CUDA" ? 16384 : 0) << "ragged decode";
+        attn_decode_palu_params q;
+        q.kv = p.kv, q.n_q_heads = 32, q.head_dim = 128, q.rot_dim = 128, q.batch = 1;
+        EXPECT_EQ(be->decode_task_cost(q), 0) << "Palu";
+    }
     if (be->info().api == "OpenCL" && be->info().is_gpu) {
         attn_decode_palu_params p;
         p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 64, p.kv.k_total = p.kv.v_total = 512;
