@@ -4,11 +4,16 @@ and "≥ 4.5× at ≥ 99 %"), from
                                      KIVI-2 (residual 32 and 128), KIVI-4, ZipCache over a fine grid of the salient
                                      ratio at blocks of 100 and 200, and nnz=causal; line retrieval at 1K and 2K
                                      (512 examples, seed 1) and perplexity at 1K (64 windows).
-Every number is read from that file; nothing is typed here.
+  eval_quant_options512_h200.csv     visit 144: more prefill probes (probe_recent / probe_random 0.1), 8-bit salient
+                                     tokens, tail=window at blocks of 200; the same tasks and examples
+  eval_quant_probes512_h200.csv      visit 145: probe_recent 0.1 / 0.2 / 0.3 over r and the block
+Every number is read from those files; nothing is typed here.
 """
 from results_data import provenance
 
 SOURCE = "eval_quant_lines512_fine_h200.csv"
+OPTIONS = ("eval_quant_options512_h200.csv", "eval_quant_probes512_h200.csv")
+SOURCES = (SOURCE,) + OPTIONS
 
 
 def _opts(r):
@@ -57,6 +62,50 @@ def _versus_kivi(pts, ex):
                      f"({float(z['kv_bytes']) / kb - 1:.1%} more bytes), {float(z['value']):.3f}: {abs(d)} "
                      f"{'more' if d >= 0 else 'fewer'}")
         out.append(text)
+    return out
+
+
+def _options(rows, grid):
+    """ZipCache's other options (visits 144-145) by compression, each beside the grid's point of the same r and block
+    with the default options, and KIVI-2 of the grid."""
+    if not rows:
+        return []
+    ex = int(rows[0]["examples"])
+    out = [f"ZipCache's other options on the same {ex} examples (`{OPTIONS[0]}`, `{OPTIONS[1]}`, "
+           f"{provenance(rows)}, visits 144-145): more probe queries from the end of the prompt (`probe_recent`, the "
+           "paper's 5 % by default) or random ones (`probe_random`), 8-bit salient tokens (`hi_bits=8`) and, at blocks "
+           "of 200, the prompt's last len % block tokens left in the fp16 window (`tail=window`). The last column is the "
+           "grid's point of the same r and block with the default options (above).", ""]
+    for ctx in sorted({int(r["context"]) for r in rows}):
+        pts = sorted([r for r in rows if int(r["context"]) == ctx and r["method"] == "zipcache"], key=_ratio,
+                     reverse=True)
+        ctx_grid = [g for g in grid if int(g["context"]) == ctx]
+        kivi = [g for g in ctx_grid if _is_kivi2(g) and "residual" not in _opts(g)]
+        out += [f"Line retrieval at {ctx} tokens" + (f" (KIVI-2: {float(kivi[0]['value']):.3f} at "
+                                                     f"{_ratio(kivi[0]):.2f}×)" if kivi else "") + ":", "",
+                "| method | × smaller | exact match | / none | default options, same r and block |", "|---|---|---|---|---|"]
+        for r in pts:
+            o = _opts(r)
+            same = [g for g in ctx_grid if g["method"] == "zipcache" and _opts(g).get("ratio") == o["ratio"]
+                    and _opts(g).get("block", "100") == o.get("block", "100") and not (set(_opts(g)) - {"ratio", "block"})]
+            v, b = float(r["value"]), float(r["baseline_value"])
+            out.append(f"| {_label(r)} | {_ratio(r):.2f} | {v:.3f} | {v / b:.3f} | "
+                       + (f"{float(same[0]['value']):.3f}" if same else "–") + " |")
+        notes = []
+        at45 = [r for r in pts if _ratio(r) >= 4.5]
+        if at45:
+            best = max(at45, key=lambda r: float(r["value"]))
+            notes.append(f"At {ctx}, the best of these at ≥ 4.5× is {_label(best)} ({_ratio(best):.2f}×), "
+                         f"{float(best['value']) / float(best['baseline_value']):.3f} of none (target ≥ 0.99).")
+        fewer = [r for r in pts if kivi and float(r["kv_bytes"]) <= float(kivi[0]["kv_bytes"])]
+        if fewer:
+            k, z = kivi[0], max(fewer, key=lambda r: float(r["value"]))
+            d = round((float(z["value"]) - float(k["value"])) * ex)
+            notes.append(f"At no more bytes than KIVI-2 the best of them is {_label(z)} ({_ratio(z):.2f}×, "
+                         f"{float(z['value']):.3f}): {abs(d)} {'more' if d >= 0 else 'fewer'} of the {ex} examples.")
+        if notes:
+            out += ["", " ".join(notes)]
+        out.append("")
     return out
 
 
@@ -116,4 +165,4 @@ def quant_frontier_section(results):
             v, b = float(r["value"]), float(r["baseline_value"])
             out.append(f"| {_label(r)} | {_ratio(r):.2f} | {v:.3f} | {b / v:.3f} |")
         out.append("")
-    return out
+    return out + _options([r for r in results if r["source"] in OPTIONS and r["task"] == "line_retrieval"], lines)

@@ -10,12 +10,13 @@
                             line-retrieval examples per point, the seed of the grid above).
   eval_zipcache_kivi_seed2_cpu.csv  ZipCache (r = 0.3 and 0.4, blocks of 200) and KIVI-2 (about r = 0.3's bytes) on
                             128 other examples (seed 2; the CPU reference backend).
-  eval_quant_lines512_fine_h200.csv  a fine grid against KIVI at 512 examples (quant_frontier_section.py).
+  eval_quant_lines512_fine_h200.csv  a fine grid against KIVI at 512 examples, and ZipCache's other options
+                            (quant_frontier_section.py).
 Every number is read from those files; nothing is typed here.
 """
 import os
 
-from quant_frontier_section import SOURCE as FRONTIER, quant_frontier_section
+from quant_frontier_section import SOURCES as FRONTIER, quant_frontier_section
 from results_data import provenance
 
 SOURCE = "eval_quant_grid_paged_h200.csv"
@@ -23,7 +24,7 @@ LINES512 = "eval_quant_lines512_h200.csv"
 ROW_WINDOW = "eval_quant_grid_h200.csv"
 BLOCKS_CPU = "eval_zipcache_blocks_cpu.csv"
 SEED2_CPU = "eval_zipcache_kivi_seed2_cpu.csv"
-SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU, FRONTIER)
+SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU) + FRONTIER
 
 
 def _opts(r):

@@ -1,6 +1,8 @@
 """The balanced decode schedule's per-task cost (decode_schedule_options::task_cost, backend::decode_task_cost), from
   bench_ops_task_cost_h200.csv   bench_ops --task-costs 0,4K,16K,64K, balanced ragged rows (f16 p50 / p70, q4 p70) at
                                  batches 1, 4, 16 and 32K / 128K, cuda:0 and opencl:1, two passes, visit 142
+  bench_ops_ocl_scales_task_cost_h200.csv  opencl:1, the same rows cut for 4 and 5 x the compute units with T = 0 and
+                                 16K, one pass, visit 144
   bench_e2e_task_cost_h200.csv   kvcomp bench, fdc at compression 0.5, Llama-3-8B shapes with random weights: cuda:0
                                  1 x 128K task_cost=0 against auto, two runs each; opencl:1 1 x 32K workers=8 against
                                  auto, one each (visit 143)
@@ -35,6 +37,48 @@ def _cells(rows):
             (float(r["time_ms"]), float(r["fraction_of_copy"]), tasks))
     return {k: (sum(t for t, _, _ in v) / len(v), sum(f for _, f, _ in v) / len(v), v[0][2], [t for t, _, _ in v])
             for k, v in runs.items()}
+
+
+def _ocl_scales(data_dir, cells):
+    """opencl:1 at 4 and 5 x the compute units with T = 0 and 16K (visit 144), beside auto at T = 0 (visit 142)."""
+    name = "bench_ops_ocl_scales_task_cost_h200.csv"
+    rows = read_dicts(os.path.join(data_dir, name))
+    got = {}
+    for r in rows:
+        m = re.match(r"(decode_lowrank_(?:q4_)?balanced)_x(\d)_tk(\d+)_(p\d+)$", r["op"])
+        if m and r["time_ms"]:
+            label = " ".join(p for p in row_label(f"{m.group(1)}_{m.group(4)}") if p)
+            got[(label, int(r["batch"]), int(r["context"]), int(m.group(2)), int(m.group(3)))] = float(r["time_ms"])
+    if not got:
+        return []
+    variants = [(4, 0), (4, 16384), (5, 0), (5, 16384)]
+    geo = collections.defaultdict(list)
+    out_rows = []
+    for k in sorted({k[:3] for k in got}, key=lambda k: (k[0], k[1], k[2])):
+        base = cells.get(("opencl:1",) + k + (0,))
+        if not base:
+            continue
+        ts = [got.get(k + v) for v in variants]
+        for v, t in zip(variants, ts):
+            geo[(k[1],) + v].append(math.log(t / base[0]))
+        out_rows.append(f"| {k[0]} | {k[1]} | {k[2]} | {base[0]:.4f} | "
+                        + " | ".join(f"{t:.4f} ({t / base[0]:.3f}×)" for t in ts) + " |")
+    g = {k: math.exp(sum(v) / len(v)) for k, v in geo.items()}
+    summary = "; ".join(f"{s} × CUs, T = {t // 1024}K: " + " / ".join(f"{g[(b, s, t)]:.2f}" for b in (1, 4, 16))
+                        for s, t in variants)
+    # The 4 x, T = 0 cells are auto's schedule at batches 1 and 4 (at most CUs / 2 rows): how well they repeat it.
+    repeat = max(abs(math.exp(x) - 1) for (b, s, t), v in geo.items() if b in (1, 4) and (s, t) == (4, 0) for x in v)
+    worst = max(((got[k + (5, 16384)] / cells[("opencl:1",) + k + (0,)][0], k) for k in {k[:3] for k in got}
+                 if ("opencl:1",) + k + (0,) in cells), key=lambda w: w[0])
+    return [f"The OpenCL rows cut for 4 and 5 × the compute units (`kvc_adr_warps` keeps 5 work-groups per SM, "
+            f"`kvc_adr_q4_warps` 4), each with T = 0 and 16K (`docs/data/{name}`, one pass, visit 144, binary "
+            f"`{rows[0]['commit'].split('+')[0]}`), against `auto` at T = 0 from visit 142's runs above (another "
+            "machine start; the 4 × T = 0 cells, auto's schedule at batches 1 and 4, repeat them within "
+            f"{100 * repeat:.1f} %). Geometric means over the rows of batch 1 / 4 / 16: {summary}. 5 × with T = 16K "
+            f"is the best on the means but takes {worst[0]:.2f}× auto's time at {worst[1][0]}, {worst[1][1]} × "
+            f"{worst[1][2]}; no setting is better in every cell, and OpenCL stays at the rule and T = 0.", "",
+            "| rows | batch | context | auto, T = 0 ms | " + " | ".join(f"{s} × CUs, T = {t // 1024}K ms" for s, t in variants)
+            + " |", "|---|---|---|---|" + "---|" * len(variants)] + out_rows + [""]
 
 
 def _e2e(data_dir):
@@ -102,4 +146,4 @@ def task_cost_section(data_dir):
         out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | "
                    + " | ".join(f"{c[0]:.4f} ({c[1]:.2f}) [{c[2]}]" if c else "–" for c in got)
                    + f" | {got[2][0] / got[0][0]:.3f}× |")
-    return out + [""] + _e2e(data_dir)
+    return out + [""] + _ocl_scales(data_dir, cells) + _e2e(data_dir)
