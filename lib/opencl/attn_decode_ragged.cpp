@@ -24,6 +24,7 @@ constexpr int kMaxHeadsPerGroup = 8;        // GB: larger GQA groups are split o
 constexpr int64_t kMaxGroup = 16;           // G the merge and the partials are sized for
 constexpr size_t kLocalBudget = 36 * 1024;  // above this the tile shrinks (occupancy, 48 KB limit)
 constexpr size_t kMergeGroup = 128;         // work-group size of the merge (merge_ragged_tasks)
+constexpr size_t kMergeLanes = 32;          // ... and its channels per work-group (lanes of a slice)
 
 struct ragged_config {
     int nt = kTileTokens;
@@ -287,21 +288,20 @@ void run_attn_decode_ragged(cl_backend & be, const op_desc & op) {
 
 void merge_ragged_tasks(cl_backend & be, const op_desc & op, const ragged_layout & kv, int64_t batch,
                         int64_t n_q_heads, const split_partials & partials) {
-    // One work-group per (request, query head). 128 work-items: one output channel each for heads
-    // up to 128 wide (ZACK/FDC ranks of a 128 head_dim; wider heads take 2 per work-item), and one
-    // chunk of weights covers the 60-70 tasks of a batch-1 long-context row. Devices with smaller
-    // work-groups get the largest power of two they allow (more chunks, more channels per item).
+    // A work-group of 128 per (32-channel block, request, query head): 4 slices of 32 lanes, each
+    // slice adding a quarter of the row's tasks, so a batch-1 row of 66-264 tasks spreads over
+    // 4 x 8 x 4 work-groups (at 8 KV heads of width <= 128) and each lane's chain is a quarter of
+    // them. Devices with smaller work-groups get the largest power of two they allow (fewer slices).
     const size_t wg = be.reduction_wg(kMergeGroup);
+    const size_t lanes = std::min<size_t>(wg, kMergeLanes);
+    const size_t blocks = (size_t(kv.max_width) + lanes - 1) / lanes;
     defines defs;
-    defs.add("G", n_q_heads / kv.n_kv_heads)
-        .add("MW", kv.max_width)
-        .add("WG", wg)
-        .add("ND", (size_t(kv.max_width) + wg - 1) / wg);
+    defs.add("G", n_q_heads / kv.n_kv_heads).add("MW", kv.max_width).add("WG", wg).add("L", lanes);
     cl_kernel mk = be.kernel("attn_decode_ragged_merge.cl", defs, "kvc_attn_decode_ragged_merge");
     set_args(mk, arg(op.src[6]), arg(op.src[8]), arg(op.dst[0]), partials.part, partials.ml_off,
              to_int(kv.n_kv_heads), to_int(batch), to_int(kv.v_total));
     const size_t mlocal[3] = {wg, 1, 1};
-    const size_t mglobal[3] = {wg, size_t(n_q_heads), size_t(batch)};
+    const size_t mglobal[3] = {wg * blocks, size_t(n_q_heads), size_t(batch)};
     be.launch(mk, 3, mglobal, mlocal);
 }
 
