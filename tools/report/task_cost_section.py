@@ -3,6 +3,8 @@
                                  batches 1, 4, 16 and 32K / 128K, cuda:0 and opencl:1, two passes, visit 142
   bench_ops_ocl_scales_task_cost_h200.csv  opencl:1, the same rows cut for 4 and 5 x the compute units with T = 0 and
                                  16K, one pass, visit 144
+  bench_ops_ocl_merge_blocks_h200.csv  opencl:1, the ragged merge in 32-channel blocks of 4 task slices (bd8b6f8)
+                                 against 6fbf4db's, two interleaved passes, visit 146
   bench_e2e_task_cost_h200.csv   kvcomp bench, fdc at compression 0.5, Llama-3-8B shapes with random weights: cuda:0
                                  1 x 128K task_cost=0 against auto, two runs each; opencl:1 1 x 32K workers=8 against
                                  auto, one each (visit 143)
@@ -81,6 +83,45 @@ def _ocl_scales(data_dir, cells):
             + " |", "|---|---|---|---|" + "---|" * len(variants)] + out_rows + [""]
 
 
+def _ocl_merge(data_dir):
+    """The OpenCL ragged merge before and after its channel blocks (visit 146): mean of the passes, per row."""
+    name = "bench_ops_ocl_merge_blocks_h200.csv"
+    rows = [r for r in read_dicts(os.path.join(data_dir, name)) if r["op"] != "copy_bw" and r["time_ms"]]
+    if not rows:
+        return []
+    commits = []
+    for r in rows:
+        c = r["commit"].split("+")[0]
+        if c not in commits:
+            commits.append(c)
+    base, new = commits[0], commits[-1]
+    runs = collections.defaultdict(list)
+    for r in rows:
+        runs[(r["op"], int(r["batch"]), int(r["context"]), r["commit"].split("+")[0])].append(
+            (float(r["time_ms"]), float(r["fraction_of_copy"])))
+    mean = {k: (sum(t for t, _ in v) / len(v), sum(f for _, f in v) / len(v)) for k, v in runs.items()}
+    spread = max(max(t for t, _ in v) / min(t for t, _ in v) for v in runs.values())
+    geo = collections.defaultdict(list)
+    table = [f"| rows | batch | context | `{base}` ms (of copy) | `{new}` ms (of copy) | new / old |", "|---|---|---|---|---|---|"]
+    for k in sorted({k[:3] for k in mean}, key=lambda k: (k[0], k[1], k[2])):
+        a, b = mean[k + (base,)], mean[k + (new,)]
+        geo[k[1]].append(math.log(b[0] / a[0]))
+        label = " ".join(p for p in row_label(k[0]) if p) or k[0]
+        table.append(f"| {label} | {k[1]} | {k[2]} | {a[0]:.4f} ({a[1]:.2f}) | {b[0]:.4f} ({b[1]:.2f}) | "
+                     f"{b[0] / a[0]:.3f}× |")
+    g = {b: math.exp(sum(v) / len(v)) for b, v in geo.items()}
+    return ["### The OpenCL ragged merge in channel blocks (H200, NVIDIA's driver, visit 146)", "",
+            f"`bench_ops --cold --sweeps lowrank --batches 1,16 --contexts 32K,128K` on {rows[0]['device']} (opencl:1, "
+            f"`docs/data/{name}`, two passes of each binary alternating; a cell's passes differ by at most "
+            f"{100 * (spread - 1):.1f} %): `{new}` merges a ragged decode's partials (f16 and q4 pages, Palu) in a "
+            "work-group per 32-channel block, request and query head, whose 4 slices of 32 lanes each add a quarter "
+            "of the row's tasks; before, one work-group per request and query head walked all of a row's tasks per "
+            "channel (32 work-groups at batch 1 for 8 KV heads of 4 query heads, rows of 66-264 tasks). New over old, "
+            "geometric mean: " + ", ".join(f"batch {b}: {g[b]:.3f}×" for b in sorted(g))
+            + ". Op tests of attn_decode_ragged and attn_decode_palu on the driver with a fresh cache: "
+            "`docs/data/gpu_visits_2026-11-28.log`.", "", *table, ""]
+
+
 def _e2e(data_dir):
     rows = [r for r in read_dicts(os.path.join(data_dir, E2E)) if r["metric"] == "tbt_ms"]
     if not rows:
@@ -146,4 +187,4 @@ def task_cost_section(data_dir):
         out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | "
                    + " | ".join(f"{c[0]:.4f} ({c[1]:.2f}) [{c[2]}]" if c else "–" for c in got)
                    + f" | {got[2][0] / got[0][0]:.3f}× |")
-    return out + [""] + _ocl_scales(data_dir, cells) + _e2e(data_dir)
+    return out + [""] + _ocl_scales(data_dir, cells) + _e2e(data_dir) + _ocl_merge(data_dir)
