@@ -41,6 +41,12 @@ def _zip_default(r):
     return r["method"] == "zipcache" and set(_opts(r)) == {"ratio"}
 
 
+def _by_context(rows, keep):
+    """Per context, ascending: (context, the rows of it that keep() accepts, most compressed first)."""
+    for ctx in sorted({int(r["context"]) for r in rows}):
+        yield ctx, sorted([r for r in rows if int(r["context"]) == ctx and keep(r)], key=_ratio, reverse=True)
+
+
 def _versus_kivi(pts, ex):
     """Per KIVI-2 point: the best ZipCache point at no more bytes, and the nearest one with more."""
     out = []
@@ -76,9 +82,7 @@ def _options(rows, grid):
            "paper's 5 % by default) or random ones (`probe_random`), 8-bit salient tokens (`hi_bits=8`) and, at blocks "
            "of 200, the prompt's last len % block tokens left in the fp16 window (`tail=window`). The last column is the "
            "grid's point of the same r and block with the default options (above).", ""]
-    for ctx in sorted({int(r["context"]) for r in rows}):
-        pts = sorted([r for r in rows if int(r["context"]) == ctx and r["method"] == "zipcache"], key=_ratio,
-                     reverse=True)
+    for ctx, pts in _by_context(rows, lambda r: r["method"] == "zipcache"):
         ctx_grid = [g for g in grid if int(g["context"]) == ctx]
         kivi = [g for g in ctx_grid if _is_kivi2(g) and "residual" not in _opts(g)]
         out += [f"Line retrieval at {ctx} tokens" + (f" (KIVI-2: {float(kivi[0]['value']):.3f} at "
@@ -120,8 +124,7 @@ def quant_frontier_section(results):
            "ZipCache's default options except where named (4-bit salient and 2-bit other tokens, blocks of 100, the "
            "probe count of the paper, `nnz=probe`); KIVI-2 at its default residual of 32 fp16 tokens and at 128 "
            "(the issue's two defaults).", ""]
-    for ctx in sorted({int(r["context"]) for r in lines}):
-        pts = sorted([r for r in lines if int(r["context"]) == ctx and r["method"] != "none"], key=_ratio, reverse=True)
+    for ctx, pts in _by_context(lines, lambda r: r["method"] != "none"):
         none = [r for r in lines if int(r["context"]) == ctx and r["method"] == "none"]
         out += [f"Line retrieval at {ctx} tokens (none {float(none[0]['value']):.3f}):" if none
                 else f"Line retrieval at {ctx} tokens:", "",
