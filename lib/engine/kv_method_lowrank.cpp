@@ -37,7 +37,6 @@ class lowrank_method : public kv_method {
         // Palu's prefill applies RoPE to the reconstructed keys with the engine's rope parameters.
         rope_theta_ = float(cfg.rope.theta);
         freq_factors_ = m.weights.freq_factors.get();
-        compute_units_ = std::max(1, be.info().compute_units);
     }
 
     const layer_projection * projection(int64_t layer) const override {
@@ -317,8 +316,8 @@ class lowrank_method : public kv_method {
             // The backend's answer may depend on the batch (OpenCL); a new batch is searched anew
             // (schedule_cut_reusable needs the same requests), so it is asked again then.
             if (sc.workers == 0 || sc.workers_batch != s.batch) {
-                sc.workers = workers_for(be, L, s.batch), sc.workers_batch = s.batch;
-                sc.task_cost = task_cost_for(be, L, s.batch);
+                const decode_schedule_inputs in = decode_schedule_inputs_for(c_, be, decode_params(L, s.batch));
+                sc.workers = in.workers, sc.task_cost = in.task_cost, sc.workers_batch = s.batch;
             }
             opt.n_workers = sc.workers, opt.task_cost = sc.task_cost;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
@@ -351,24 +350,8 @@ class lowrank_method : public kv_method {
         return p;
     }
 
-    // The workers a layer's schedule is cut for: compute units x workers=N, or (workers=auto) the
-    // decode tasks the backend runs at once for this layer's kernel (backend::concurrent_workgroups:
-    // on CUDA SMs x resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200, the Palu
-    // tensor-core kernel's resident blocks, one per SM for its CUDA-core kernel; on OpenCL GPUs 8 x
-    // the compute units, 4 x for ragged decodes where batch x KV heads is at most half of them; on CPU
-    // devices one per compute unit).
-    int64_t workers_for(backend & be, const lowrank_layer & L, int64_t batch) const {
-        if (c_.worker_scale > 0) return int64_t(compute_units_) * c_.worker_scale;
-        return be.concurrent_workgroups(decode_params(L, batch));
-    }
-
-    // The search's per-task cost: task_cost=N, or (auto) the backend's (backend::decode_task_cost).
-    int64_t task_cost_for(backend & be, const lowrank_layer & L, int64_t batch) const {
-        return c_.task_cost >= 0 ? c_.task_cost : be.decode_task_cost(decode_params(L, batch));
-    }
-
     struct step_schedule {
-        // workers_for and task_cost_for, asked again when the batch changes
+        // decode_schedule_inputs_for, asked again when the batch changes
         int64_t workers = 0, workers_batch = 0, task_cost = 0;
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
@@ -384,7 +367,6 @@ class lowrank_method : public kv_method {
     uint64_t weight_bytes_ = 0;
     float rope_theta_ = 10000.0f;
     buffer * freq_factors_ = nullptr;
-    int compute_units_ = 1;
 
     kv_shape shape_;
     std::vector<buffer_ptr> k_, v_;
@@ -405,8 +387,21 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
     opt.policy = c.balanced_schedule ? host::lowrank::decode_policy::balanced : host::lowrank::decode_policy::plain;
     opt.stats = false;
     opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
-    opt.task_cost = std::max<int64_t>(c.task_cost, 0);  // auto (-1): the backend's, per layer (task_cost_for)
+    opt.task_cost = std::max<int64_t>(c.task_cost, 0);  // auto (-1): the backend's, per layer (decode_schedule_inputs_for)
     return opt;
+}
+
+// workers=auto: the decode tasks the backend runs at once for this layer's kernel (on CUDA SMs x
+// resident blocks, e.g. 3 x 132 for the tensor-core kernels on an H200, the Palu tensor-core kernel's
+// resident blocks, one per SM for its CUDA-core kernel; on OpenCL GPUs 8 x the compute units, 4 x for
+// ragged decodes where batch x KV heads is at most half of them; on CPU devices one per compute unit).
+decode_schedule_inputs decode_schedule_inputs_for(const lowrank_method_config & c, backend & be,
+                                                  const op_params & decode) {
+    decode_schedule_inputs in;
+    in.workers = c.worker_scale > 0 ? int64_t(std::max(1, be.info().compute_units)) * c.worker_scale
+                                    : be.concurrent_workgroups(decode);
+    in.task_cost = c.task_cost >= 0 ? c.task_cost : be.decode_task_cost(decode);
+    return in;
 }
 
 std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg) {

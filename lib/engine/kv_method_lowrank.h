@@ -86,7 +86,16 @@ std::unique_ptr<kv_method> make_lowrank_method(const lowrank_method_config & cfg
 lowrank_method_config lowrank_config_from(host::lowrank::lowrank_method m, const method_options & o);
 // The decode schedule a method of this config builds each step (policy, per-token and per-task cost;
 // the workers are the backend's), token_cost=auto resolved for its page format; task_cost=auto is
-// the backend's and left 0 here (the engine asks the backend per layer).
+// the backend's and left 0 here (the method asks the backend per layer: decode_schedule_inputs_for).
 host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank_method_config & c);
+// What a layer's schedule search takes from the backend for the decode op the layer runs (`decode`:
+// attn_decode_ragged_params, or attn_decode_palu_params on palu's layers): the workers it is cut for
+// (workers=N: the compute units x N; auto: backend::concurrent_workgroups) and its per-task cost
+// (task_cost=N; auto: backend::decode_task_cost). The method asks again when the batch changes.
+struct decode_schedule_inputs {
+    int64_t workers = 0, task_cost = 0;
+};
+decode_schedule_inputs decode_schedule_inputs_for(const lowrank_method_config & c, backend & be,
+                                                  const op_params & decode);
 
 }  // namespace kvcomp::engine

@@ -20,9 +20,11 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "core/registry.h"
+#include "engine/kv_method_lowrank.h"
 #include "host/lowrank/decode_schedule.h"
 #include "support/backends.h"
 #include "support/expect_error.h"
@@ -507,6 +509,42 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
         if (!v || std::string(v) != "simt") {
             EXPECT_EQ(be->concurrent_workgroups(p), 3 * cu) << "tensor-core decode, sm_90";
         }
+    }
+}
+
+// What the low-rank methods' per-step schedule search gets from this backend (the method calls
+// engine::decode_schedule_inputs_for for every layer and batch): with workers=auto and task_cost=auto
+// the backend's answers for the layer's decode op (the ragged decode, Palu's on its layers), with
+// workers=N / task_cost=N the given ones. On CUDA auto differs from task_cost=0, so the search sees it.
+TEST_P(lowrank_ops, engine_schedule_search_takes_the_backends_workers_and_task_cost) {
+    auto config = [](engine::method_options o) {
+        o["calib"] = "any.safetensors";  // parsing only
+        return engine::lowrank_config_from(lr::lowrank_method::fdc, o);
+    };
+    const int64_t cu = std::max(1, be->info().compute_units);
+    attn_decode_ragged_params ragged;
+    ragged.kv.n_kv_heads = 8, ragged.kv.page_size = 16, ragged.kv.max_width = 128;
+    ragged.kv.k_total = 512, ragged.kv.v_total = 384, ragged.n_q_heads = 32;
+    attn_decode_palu_params palu;
+    palu.kv = ragged.kv, palu.n_q_heads = 32, palu.head_dim = 128, palu.rot_dim = 128;
+    for (int64_t batch : {int64_t(1), int64_t(16)}) {
+        ragged.batch = palu.batch = batch;
+        for (const op_params & p : {op_params(ragged), op_params(palu)}) {
+            const char * what = std::holds_alternative<attn_decode_palu_params>(p) ? "Palu" : "ragged";
+            const engine::decode_schedule_inputs a = engine::decode_schedule_inputs_for(config({}), *be, p);
+            EXPECT_EQ(a.workers, be->concurrent_workgroups(p)) << what << ", batch " << batch;
+            EXPECT_EQ(a.task_cost, be->decode_task_cost(p)) << what << ", batch " << batch;
+            const engine::decode_schedule_inputs n = engine::decode_schedule_inputs_for(
+                config({{"workers", "3"}, {"task_cost", "777"}}), *be, p);
+            EXPECT_EQ(n.workers, 3 * cu) << what;
+            EXPECT_EQ(n.task_cost, 777) << what;
+            EXPECT_EQ(engine::decode_schedule_inputs_for(config({{"task_cost", "0"}}), *be, p).task_cost, 0) << what;
+        }
+    }
+    if (be->info().api == "CUDA") {
+        ragged.batch = 1;
+        EXPECT_GT(engine::decode_schedule_inputs_for(config({}), *be, ragged).task_cost, 0)
+            << "CUDA's ragged decodes count a cost per task";
     }
 }
 
