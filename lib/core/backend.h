@@ -98,7 +98,8 @@ public:
     // The cost a host scheduler counts once per task of such an op, in its own units (the balanced
     // decode schedule's task_cost, host/lowrank/decode_schedule.h): what a task costs beside its
     // tokens (its start, its partial and the merge's read of it). Default 0: the search weighs the
-    // tail alone. CUDA: 16384 for the ragged decodes, whose workers are its resident blocks.
+    // tail alone. CUDA: 16384 for the ragged decodes, whose workers are its resident blocks; OpenCL GPUs
+    // the same where a (request, KV head) row has 16 compute units or more to itself (batch 1).
     virtual int64_t decode_task_cost(const op_params & params) const;
 
 protected:

@@ -18,7 +18,8 @@
 //                        Results agree up to rounding.
 //   task_cost=auto|N     balanced schedule: each task also costs N in the search's makespans (its
 //                        start and partial, whatever its length); auto (default): the backend's
-//                        (backend::decode_task_cost: 16384 for CUDA's ragged decodes, else 0);
+//                        (backend::decode_task_cost: 16384 for CUDA's ragged decodes and for
+//                        OpenCL GPUs' at batch 1, else 0);
 //                        N in [0, 2^30]. Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in

@@ -232,6 +232,21 @@ int64_t concurrent_decode_tasks(const cl_backend & be, int64_t rows, bool palu) 
     return cus * (few_rows ? 4 : 8);
 }
 
+// The balanced search's per-task cost (backend::decode_task_cost) for the ragged decodes on GPUs: 16384
+// (CUDA's) where a row has at least 16 compute units to itself, else 0. With a cost per task the search
+// prefers fewer, longer tasks; where it then picks one wave, every task runs at once whatever the driver's
+// real residency (5 work-groups of kvc_adr_warps per SM, 4 of the q4 kernel on an H200, against the 4 x CUs
+// the schedule is cut for), but two waves of 4 x CUs tasks on 5 x CUs slots leave SMs idle in the second.
+// Batch 1 (8 rows on 132 CUs): 0.85 / 0.90 / 0.77 x the time of 0 at 1 x 128K (f16 p50 / p70, q4 p70), the
+// same task count and +0.1 to +3 % at 1 x 32K; batch 4 (32 rows): 0.79-0.94 x at 32K where the search kept
+// one wave, 1.08-1.16 x at 128K where it took two; batch 16 0.93-1.05 x (H200, NVIDIA's driver, two passes,
+// with the channel-block merge: docs/data/bench_ops_ocl_task_cost_merge_h200.csv, visit 147).
+int64_t decode_task_cost(const cl_backend & be, int64_t rows) {
+    constexpr int64_t kRaggedDecodeTaskCost = 16384;
+    const int64_t cus = std::max(1, be.info().compute_units);
+    return be.info().is_gpu && rows * 16 <= cus ? kRaggedDecodeTaskCost : 0;
+}
+
 support supports_attn_decode_ragged(const cl_backend & be, const op_desc & op) {
     const auto & p = op.get<attn_decode_ragged_params>();
     const int64_t g = p.n_q_heads / p.kv.n_kv_heads;

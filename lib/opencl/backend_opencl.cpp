@@ -435,6 +435,12 @@ int64_t cl_backend::concurrent_workgroups(const op_params & params) const {
     return backend::concurrent_workgroups(params);
 }
 
+int64_t cl_backend::decode_task_cost(const op_params & params) const {
+    if (const auto * p = std::get_if<attn_decode_ragged_params>(&params))
+        return cl::decode_task_cost(*this, p->batch * p->kv.n_kv_heads);
+    return backend::decode_task_cost(params);
+}
+
 support cl_backend::supports(const op_desc & op) const {
     // Kernel index arithmetic uses 32-bit ints for per-row and per-head extents.
     constexpr int64_t int_max = 0x7fffffff;

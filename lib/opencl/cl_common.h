@@ -149,6 +149,8 @@ class cl_backend final : public backend {
     // The ragged and Palu decodes' tasks planned to run at once (concurrent_decode_tasks); other ops:
     // one work-group per compute unit.
     int64_t concurrent_workgroups(const op_params & params) const override;
+    // The ragged decodes' per-task cost for the balanced search (decode_task_cost); other ops 0.
+    int64_t decode_task_cost(const op_params & params) const override;
 
     // The inline-assembly keyword ("__asm__" or "asm") that kernels with an NVIDIA tensor-core path
     // are built with (KVC_ASM), or nullptr where they take their portable path: not NVIDIA's driver,
@@ -307,6 +309,8 @@ void run_attn_decode_palu(cl_backend & be, const op_desc & op);
 // Decode tasks of attn_decode_ragged and attn_decode_palu a host schedule is cut for, for an op of
 // `rows` (request, KV head) rows (backend::concurrent_workgroups; attn_decode_ragged.cpp says why).
 int64_t concurrent_decode_tasks(const cl_backend & be, int64_t rows, bool palu);
+// ... and the per-task cost their balanced search counts (backend::decode_task_cost), ragged decodes only.
+int64_t decode_task_cost(const cl_backend & be, int64_t rows);
 
 support supports_attn_decode(const cl_backend & be, const op_desc & op);
 support supports_attn_prefill(const cl_backend & be, const op_desc & op);

@@ -485,12 +485,17 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
                 }
             }
     // The balanced search's per-task cost (the engine's task_cost=auto): CUDA's ragged decodes count
-    // 16384 per task (cuda_backend/backend_cuda.cpp), every other backend and Palu 0.
+    // 16384 per task (cuda_backend/backend_cuda.cpp), OpenCL GPUs' where a (request, KV head) row has
+    // 16 compute units or more to itself (lib/opencl/attn_decode_ragged.cpp), every other backend and Palu 0.
     {
         attn_decode_ragged_params p;
         p.kv.n_kv_heads = 8, p.kv.page_size = 16, p.kv.max_width = 128, p.kv.k_total = 512, p.kv.v_total = 384;
         p.n_q_heads = 32, p.batch = 1;
-        EXPECT_EQ(be->decode_task_cost(p), be->info().api == "CUDA" ? 16384 : 0) << "ragged decode";
+        const bool ocl_gpu = be->info().api == "OpenCL" && be->info().is_gpu;
+        EXPECT_EQ(be->decode_task_cost(p), be->info().api == "CUDA" || (ocl_gpu && 8 * 16 <= cu) ? 16384 : 0)
+            << "ragged decode, batch 1";
+        p.batch = std::max<int64_t>(1, cu / 16);  // 8 x cu / 16 rows: more than cu / 16
+        EXPECT_EQ(be->decode_task_cost(p), be->info().api == "CUDA" ? 16384 : 0) << "ragged decode, batch " << p.batch;
         attn_decode_palu_params q;
         q.kv = p.kv, q.n_q_heads = 32, q.head_dim = 128, q.rot_dim = 128, q.batch = 1;
         EXPECT_EQ(be->decode_task_cost(q), 0) << "Palu";
@@ -515,7 +520,7 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
 // What the low-rank methods' per-step schedule search gets from this backend (the method calls
 // engine::decode_schedule_inputs_for for every layer and batch): with workers=auto and task_cost=auto
 // the backend's answers for the layer's decode op (the ragged decode, Palu's on its layers), with
-// workers=N / task_cost=N the given ones. On CUDA auto differs from task_cost=0, so the search sees it.
+// workers=N / task_cost=N the given ones. On GPUs auto differs from task_cost=0 at batch 1, so the search sees it.
 TEST_P(lowrank_ops, engine_schedule_search_takes_the_backends_workers_and_task_cost) {
     auto config = [](engine::method_options o) {
         o["calib"] = "any.safetensors";  // parsing only
@@ -541,10 +546,10 @@ TEST_P(lowrank_ops, engine_schedule_search_takes_the_backends_workers_and_task_c
             EXPECT_EQ(engine::decode_schedule_inputs_for(config({{"task_cost", "0"}}), *be, p).task_cost, 0) << what;
         }
     }
-    if (be->info().api == "CUDA") {
+    if (be->info().api == "CUDA" || (be->info().api == "OpenCL" && be->info().is_gpu && 8 * 16 <= cu)) {
         ragged.batch = 1;
         EXPECT_GT(engine::decode_schedule_inputs_for(config({}), *be, ragged).task_cost, 0)
-            << "CUDA's ragged decodes count a cost per task";
+            << "the GPUs' ragged decodes count a cost per task at batch 1";
     }
 }
 
