@@ -233,14 +233,14 @@ int64_t concurrent_decode_tasks(const cl_backend & be, int64_t rows, bool palu) 
 }
 
 // The balanced search's per-task cost (backend::decode_task_cost) for the ragged decodes on GPUs: 16384
-// (CUDA's) where a row has at least 16 compute units to itself, else 0. With a cost per task the search
-// prefers fewer, longer tasks; where it then picks one wave, every task runs at once whatever the driver's
-// real residency (5 work-groups of kvc_adr_warps per SM, 4 of the q4 kernel on an H200, against the 4 x CUs
-// the schedule is cut for), but two waves of 4 x CUs tasks on 5 x CUs slots leave SMs idle in the second.
-// Batch 1 (8 rows on 132 CUs): 0.85 / 0.90 / 0.77 x the time of 0 at 1 x 128K (f16 p50 / p70, q4 p70), the
-// same task count and +0.1 to +3 % at 1 x 32K; batch 4 (32 rows): 0.79-0.94 x at 32K where the search kept
-// one wave, 1.08-1.16 x at 128K where it took two; batch 16 0.93-1.05 x (H200, NVIDIA's driver, two passes,
-// with the channel-block merge: docs/data/bench_ops_ocl_task_cost_merge_h200.csv, visit 147).
+// (CUDA's) where a (request, KV head) row has at least 16 compute units to itself, else 0. With a cost per
+// task the search cuts fewer, longer tasks. Against 0 (H200, NVIDIA's driver, with the channel-block merge,
+// two passes; f16 p50 / p70 and q4 p70 rows): batch 1 (8 rows on 132 CUs) 0.77-0.90 x the time at 1 x 128K,
+// where the search cut 527-528 tasks instead of 1584-2112, and 1.00-1.03 x at 1 x 32K (the same count);
+// batch 2 0.89-0.91 x at 32K but 0.97-1.10 x at 128K; batch 4 0.79-1.03 x at 32K, 1.08-1.16 x at 128K;
+// batch 16 0.92-1.05 x (docs/data/bench_ops_ocl_task_cost_merge_h200.csv and _rule_h200.csv, visits 147-148).
+// CUDA's workers are its resident blocks; OpenCL's are an estimate (4 or 8 x CUs against 5 resident
+// work-groups of kvc_adr_warps per SM), which may be why the finer cut wins there from batch 2 on.
 int64_t decode_task_cost(const cl_backend & be, int64_t rows) {
     constexpr int64_t kRaggedDecodeTaskCost = 16384;
     const int64_t cus = std::max(1, be.info().compute_units);

@@ -41,6 +41,7 @@ from ocl_e2e_section import (SOURCES as OCL_E2E_SOURCES, ocl_bulk_16x32k_section
 from launch_section import launch_section  # noqa: E402
 from decode_cost_section import decode_cost_section  # noqa: E402
 from task_cost_section import SOURCES as TASK_COST_E2E, task_cost_section  # noqa: E402
+from task_cost_ocl_section import SOURCES as TASK_COST_OCL_E2E, task_cost_ocl_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -61,7 +62,7 @@ results = [r for r in all_results
            + QUANT_GRID_SOURCES
            + WORKERS_E2E_SOURCES
            + OCL_E2E_SOURCES
-           + TASK_COST_E2E]
+           + TASK_COST_E2E + TASK_COST_OCL_E2E]
 
 
 def rows(name):
@@ -333,6 +334,7 @@ if quant:
     out += launch_section(d)
     out += decode_cost_section(d)
     out += task_cost_section(d)
+    out += task_cost_ocl_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}

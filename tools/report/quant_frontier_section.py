@@ -9,11 +9,12 @@ and "≥ 4.5× at ≥ 99 %"), from
   eval_quant_probes512_h200.csv      visit 145: probe_recent 0.1 / 0.2 / 0.3 over r and the block
 Every number is read from those files; nothing is typed here.
 """
+from quant_heldout_section import SOURCES as HELDOUT, quant_heldout_section
 from results_data import provenance
 
 SOURCE = "eval_quant_lines512_fine_h200.csv"
 OPTIONS = ("eval_quant_options512_h200.csv", "eval_quant_probes512_h200.csv")
-SOURCES = (SOURCE,) + OPTIONS
+SOURCES = (SOURCE,) + OPTIONS + HELDOUT
 
 
 def _opts(r):
@@ -168,4 +169,5 @@ def quant_frontier_section(results):
             v, b = float(r["value"]), float(r["baseline_value"])
             out.append(f"| {_label(r)} | {_ratio(r):.2f} | {v:.3f} | {b / v:.3f} |")
         out.append("")
-    return out + _options([r for r in results if r["source"] in OPTIONS and r["task"] == "line_retrieval"], lines)
+    return (out + _options([r for r in results if r["source"] in OPTIONS and r["task"] == "line_retrieval"], lines)
+            + quant_heldout_section(results))

@@ -24,18 +24,19 @@ SOURCES = (E2E,)
 COSTS = (0, 4096, 16384, 65536)
 
 
-def _cells(rows):
-    """(backend, rows label, batch, context, T) -> (mean ms, mean fraction of copy, tasks, runs)."""
+def decode_cells(rows):
+    """(backend, rows label, batch, context, T) -> (mean ms, mean fraction of copy, tasks, runs); T is -1 for the
+    rows without _tkT (the backend's task_cost=auto)."""
     runs = collections.defaultdict(list)
     for r in rows:
         if r["op"] == "copy_bw" or not r["time_ms"]:
             continue
-        m = re.match(r"(decode_lowrank_(?:q4_)?balanced)_tk(\d+)_(p\d+)$", r["op"])
+        m = re.match(r"(decode_lowrank_(?:q4_)?balanced)(?:_tk(\d+))?_(p\d+)$", r["op"])
         if not m:
             continue
         label = " ".join(p for p in row_label(f"{m.group(1)}_{m.group(3)}") if p)
         tasks = re.search(r"tasks=(\d+)", r["shape"]).group(1)
-        runs[(r["backend"], label, int(r["batch"]), int(r["context"]), int(m.group(2)))].append(
+        runs[(r["backend"], label, int(r["batch"]), int(r["context"]), int(m.group(2) or -1))].append(
             (float(r["time_ms"]), float(r["fraction_of_copy"]), tasks))
     return {k: (sum(t for t, _, _ in v) / len(v), sum(f for _, f, _ in v) / len(v), v[0][2], [t for t, _, _ in v])
             for k, v in runs.items()}
@@ -150,7 +151,7 @@ def _e2e(data_dir):
 
 def task_cost_section(data_dir):
     rows = read_dicts(os.path.join(data_dir, OPS))
-    cells = _cells(rows)
+    cells = decode_cells(rows)
     if not cells:
         return []
     dev = next(r["device"] for r in rows if r["op"] != "copy_bw")
