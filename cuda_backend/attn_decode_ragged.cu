@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "block_timeline.cuh"
 #include "common.cuh"
 #include "decode_common.cuh"
 #include "dependent_launch.cuh"
@@ -254,6 +255,8 @@ __global__ void __launch_bounds__(W * 32, W <= 8 ? 3 : 1) ragged_merge_kernel(co
     // decode (dependent_launch.cuh), which later kernels of the stream only wait for through it.
     wait_for_producer();
     if (n == 1) return;  // its task wrote out directly
+    stamp_start(a.timeline);
+    stamp_info(a.timeline, uint64_t(n));
     const ragged_head hd = load_head(a.heads, c);
     const int vw = min(max(hd.v_width, 1), a.max_width);
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
@@ -334,6 +337,7 @@ __global__ void __launch_bounds__(W * 32, W <= 8 ? 3 : 1) ragged_merge_kernel(co
         }
         out[d] = den > 0.0f ? num / den : 0.0f;
     }
+    stamp_end(a.timeline);
 }
 
 int qp_for(int64_t group) {
@@ -472,11 +476,17 @@ void run_attn_decode_ragged(context & ctx, const op_desc & op) {
     const task_kernel<rdecode_args> k = task_kernel_for(p.kv, group, &q4_simt);
     if (q4_simt) return run_attn_decode_ragged_q4(ctx, op);
     rdecode_args a = ragged_decode_args(op);
+    // KVCOMP_CUDA_TIMELINE: the tensor-core kernel's and the merge's blocks stamped (block_timeline.cuh).
+    const bool stamped = block_timeline::enabled() && ragged_mma_handles(p.kv.max_width);
+    const int64_t decode_blocks = p.n_tasks * k.head_chunks, merge_blocks = int64_t(a.batch) * a.n_kv_heads * group;
+    uint64_t * records = stamped ? block_timeline::records(ctx, decode_blocks, merge_blocks) : nullptr;
     if (p.n_tasks > 0) {
         take_ragged_partials(ctx, a, p.n_tasks, group);
+        a.timeline = records;
         launch_task_kernel(ctx, k, p.n_tasks, a);
     }
-    merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks);
+    merge_ragged_rows(ctx, a, a.batch, group, a.n_tasks, records ? records + 4 * decode_blocks : nullptr);
+    if (stamped) block_timeline::dump(ctx, "decode", decode_blocks, merge_blocks);
 }
 
 int64_t concurrent_rows_attn_decode_ragged(const attn_decode_ragged_params & p) {

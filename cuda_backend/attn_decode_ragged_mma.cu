@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "block_timeline.cuh"
 #include "ragged_mma.cuh"
 
 namespace kvcomp::cuda {
@@ -120,14 +121,17 @@ __global__ void __launch_bounds__(kRaggedThreads, SB == kSmallStage ? 4 : 3)
     attn_decode_ragged_mma_kernel(const rdecode_args a) {
     extern __shared__ uint4 smem[];
     uint8_t * ring = reinterpret_cast<uint8_t *>(smem);
+    stamp_start(a.timeline);
     rtask t;
     if (!load_mma_task<W>(a, QH, t)) return;  // uniform
+    stamp_info(a.timeline, uint64_t(t.end - t.first) << 32 | uint64_t(t.hd.k_width) << 16 | uint64_t(t.hd.v_width));
     const int nk = (t.hd.k_width + 15) / 16, nv = (t.hd.v_width + 15) / 16;
     switch (step_bound<W>(max(nk, nv))) {
-        case 2: return run_task<W, SB, 2, 2>(a, t, ring);
-        case 4: return run_task<W, SB, 4, 4>(a, t, ring);
-        default: return run_task<W, SB, W / 16, W / 16>(a, t, ring);
+        case 2: run_task<W, SB, 2, 2>(a, t, ring); break;
+        case 4: run_task<W, SB, 4, 4>(a, t, ring); break;
+        default: run_task<W, SB, W / 16, W / 16>(a, t, ring); break;
     }
+    stamp_end(a.timeline);
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ struct ragged_merge_args {
     const int32_t * heads;
     float * out;
     int batch, n_kv_heads, group, v_total, max_width, n_tasks;
+    uint64_t * timeline;  // block records (block_timeline.cuh), or null
 };
 
 // Enqueues the merge kernel (defined in attn_decode_ragged.cu): one block per (request, KV head,
@@ -135,8 +136,10 @@ void take_ragged_partials(context & ctx, A & a, int64_t n_tasks, int64_t group) 
     a.part_lse = reinterpret_cast<float *>(ws + lse_off);
 }
 // Merges the rows with several tasks (and zeroes rows without any): after the task kernel.
+// merge_timeline: the merge blocks' records (block_timeline.cuh), or null.
 template <typename A>
-void merge_ragged_rows(context & ctx, const A & a, int batch, int group, int n_tasks) {
+void merge_ragged_rows(context & ctx, const A & a, int batch, int group, int n_tasks,
+                       uint64_t * merge_timeline = nullptr) {
     ragged_merge_args m{};
     m.part_o = a.part_o;
     m.part_lse = a.part_lse;
@@ -149,6 +152,7 @@ void merge_ragged_rows(context & ctx, const A & a, int batch, int group, int n_t
     m.v_total = a.v_total;
     m.max_width = a.max_width;
     m.n_tasks = n_tasks;
+    m.timeline = merge_timeline;
     launch_ragged_merge(ctx, m);
 }
 

@@ -74,6 +74,7 @@ struct rdecode_args {
     int batch, group, n_tasks;
     bool vec_stage;  // page_size % 8 == 0 and both page views 16-byte aligned
     float qscale;    // scale * log2(e)
+    uint64_t * timeline;  // block records (block_timeline.cuh), or null
 };
 
 __host__ __device__ inline int ragged_row_bytes(int bits, int w) {
