@@ -50,6 +50,7 @@ struct options {
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::vector<int64_t> token_costs{-1};  // ... and its per-token cost; -1: the engine's default
     std::vector<int64_t> task_costs{-1};   // ... and its per-task cost; -1: the engine's default
+    std::vector<int64_t> tails{-1};        // ... and its tail percent; -1: the engine's default (0)
     std::vector<int64_t> page_sizes{16};   // pages of the fp16 and low-rank decode sweeps
     std::vector<bool> shuffle_pages{true};  // ... and their order (false: each request's pages contiguous)
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
@@ -88,6 +89,8 @@ void usage() {
         "  --task-costs L    low-rank balanced decodes: the schedule's per-task cost t (a task costs t more,\n"
         "                    whatever its length; decode_schedule.h), or auto (default): the engine's\n"
         "                    (backend::decode_task_cost); rows of a given t end in _tkT before the profile\n"
+        "  --tails L         low-rank balanced decodes: the schedule's tail percent (decode_schedule.h,\n"
+        "                    0-50), or auto (default): the engine's (0); rows of a given N end in _tlN\n"
         "  --page-sizes L    page sizes in tokens of the fp16 and low-rank decode sweeps (default 16);\n"
         "                    rows of another size end in _pgN (decode_fp16_pgN, "
         "decode_lowrank_*_pgN_<profile>)\n"
@@ -252,6 +255,12 @@ bool parse(int argc, char ** argv, options & o) {
             for (const auto & v : split(value())) {
                 if (v == "auto") o.task_costs.push_back(-1);
                 else for (int64_t n : parse_sizes(v, true)) o.task_costs.push_back(n);
+            }
+        } else if (a == "--tails") {
+            o.tails.clear();
+            for (const auto & v : split(value())) {
+                if (v == "auto") o.tails.push_back(-1);
+                else for (int64_t n : parse_sizes(v, true)) o.tails.push_back(n);
             }
         } else if (a == "--quant-dims") {
             o.quant_dims = parse_sizes(value());
@@ -480,7 +489,7 @@ bool bench_device(const device_entry & dev, const options & o) {
         const rank_profile * prof;
         int64_t scale, page_size;
         bool shuffled;
-        int64_t waves, token_cost, task_cost;
+        int64_t waves, token_cost, task_cost, tail;
         int kind;  // plain, balanced, palu, balanced on q4 pages (kv_bits=4)
     };
     std::vector<lowrank_row> lowrank_rows;
@@ -491,9 +500,10 @@ bool bench_device(const device_entry & dev, const options & o) {
                     for (int64_t waves : o.waves)
                         for (int64_t token_cost : o.token_costs)
                             for (int64_t task_cost : o.task_costs)
-                                for (int kind = 0; kind < 4; ++kind)
-                                    lowrank_rows.push_back(
-                                        {&prof, scale, ps, shuffled, waves, token_cost, task_cost, kind});
+                                for (int64_t tail : o.tails)
+                                    for (int kind = 0; kind < 4; ++kind)
+                                        lowrank_rows.push_back(
+                                            {&prof, scale, ps, shuffled, waves, token_cost, task_cost, tail, kind});
     for (const lowrank_row & r : lowrank_rows) {
         static const char * const names[] = {"decode_lowrank_plain_", "decode_lowrank_balanced_",
                                              "decode_palu_", "decode_lowrank_q4_balanced_"};
@@ -502,10 +512,12 @@ bool bench_device(const device_entry & dev, const options & o) {
             (r.waves != 4 ? "w" + std::to_string(r.waves) + "_" : "") +
             (r.token_cost >= 0 ? "tc" + std::to_string(r.token_cost) + "_" : "") +
             (r.task_cost >= 0 ? "tk" + std::to_string(r.task_cost) + "_" : "") +
+            (r.tail >= 0 ? "tl" + std::to_string(r.tail) + "_" : "") +
             (r.page_size != 16 || !r.shuffled ? page_suffix(r.page_size, r.shuffled).substr(1) + "_" : "") +
             r.prof->name;
-        // Token and task costs are the balanced search's: no plain or Palu rows of them.
-        if (((r.token_cost >= 0 || r.task_cost >= 0) && (r.kind == 0 || r.kind == 2)) || !sweep_row(name))
+        // Token and task costs and the tail are the balanced search's: no plain or Palu rows of them.
+        if (((r.token_cost >= 0 || r.task_cost >= 0 || r.tail >= 0) && (r.kind == 0 || r.kind == 2)) ||
+            !sweep_row(name))
             continue;
         for (int64_t batch : o.batches)
             for (int64_t ctx : o.contexts) {
@@ -520,6 +532,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                 // After the page format is set: auto is the engine's cost for it (64 for q4).
                 rs.token_cost = r.token_cost >= 0 ? r.token_cost : host::lowrank::default_token_cost(rs.bits);
                 rs.task_cost = r.task_cost >= 0 ? r.task_cost : decode_task_cost(*be, rs, r.kind == 2);
+                rs.tail_percent = std::max<int64_t>(r.tail, 0);
                 rs.workers = r.scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * r.scale
                                          : concurrent_decode_tasks(*be, rs, r.kind == 2);
                 rs.policy = r.kind == 0 ? host::lowrank::decode_policy::plain

@@ -8,7 +8,7 @@
 
 namespace kvcomp::cuda::block_timeline {
 
-// On when KVCOMP_CUDA_TIMELINE names a file (read once).
+// On when the build has the stamps (CMake KVCOMP_CUDA_TIMELINE=ON) and KVCOMP_CUDA_TIMELINE names a file.
 bool enabled();
 // Zeroed device records for `decode_blocks` + `merge_blocks` blocks (the merge's after the decode's),
 // valid until the next call; kept for the process (a diagnostic, never freed).

@@ -324,6 +324,7 @@ class ragged_decode_case : public test_case {
         o.waves = s.waves;
         o.token_cost = s.token_cost;
         o.task_cost = s.task_cost;
+        o.tail_percent = s.tail_percent;
         sched_ = lr::build_decode_schedule(s.lens, s.k_widths, s.v_widths, o);
         const int64_t kt = sum(s.k_widths), vt = sum(s.v_widths), g = s.group;
         add_tensor("q", dtype::f32, {batch_, palu ? n_kv_ * g * s.head_dim : g * kt}, tensor_role::input);
@@ -345,6 +346,7 @@ class ragged_decode_case : public test_case {
         os << ragged_vars(s_) << ",sched=" << lr::policy_name(s_.policy) << "/" << s_.workers;
         if (s_.token_cost != 1) os << ",token_cost=" << s_.token_cost;
         if (s_.task_cost != 0) os << ",task_cost=" << s_.task_cost;
+        if (s_.tail_percent != 0) os << ",tail=" << s_.tail_percent;
         os << ",tasks=" << sched_.n_tasks;
         if (palu_)
             os << ",hd=" << s_.head_dim << ",rot=" << s_.rot_dim

@@ -28,6 +28,7 @@ struct ragged_spec {
     int64_t waves = 4;  // the balanced search's largest wave count (decode_schedule_options::waves)
     int64_t token_cost = 1;  // the balanced schedule's per-token cost (decode_schedule_options)
     int64_t task_cost = 0;   // ... and its per-task cost
+    int64_t tail_percent = 0;  // ... and its tail (decode_schedule_options::tail_percent)
     // Keys of token j of a request of n tokens scaled by 1 + key_ramp * j / n: scores that keep
     // growing along the sequence, so a decode's running max moves in later tiles and tasks too (with
     // unscaled normal keys it settles in the first tile; the CUDA tensor-core softmax moves it only

@@ -17,6 +17,7 @@ constexpr int64_t i32_max = std::numeric_limits<int32_t>::max();
 
 struct task {
     int64_t b, c, first, end, cost;
+    bool tail = false;  // a piece of the row's tail (decode_schedule_options::tail_percent)
 };
 
 // Cuts [0, n) into `parts` ranges whose lengths differ by at most one (longer ones first).
@@ -27,6 +28,21 @@ void cut_equal(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, st
         out.push_back({b, c, first, first + len, len * d_sum});
         first += len;
     }
+}
+
+// Cuts [0, n) into `parts` equal chunks, less the last tail_percent % of the tokens, which become
+// pieces of about a quarter chunk (at least 64 tokens each) marked as tail.
+void cut_with_tail(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, int64_t tail_percent,
+                   std::vector<task> & out) {
+    const int64_t tail = n * tail_percent / 100;
+    const int64_t bulk = n - tail;
+    if (tail < 64 || bulk < parts) return cut_equal(b, c, n, parts, d_sum, out);
+    cut_equal(b, c, bulk, parts, d_sum, out);
+    const int64_t piece = std::max<int64_t>(64, bulk / parts / 4);
+    const int64_t pieces = std::max<int64_t>(1, (tail + piece / 2) / piece);
+    const size_t at = out.size();
+    cut_equal(b, c, tail, pieces, d_sum, out);
+    for (size_t i = at; i < out.size(); ++i) out[i].first += bulk, out[i].end += bulk, out[i].tail = true;
 }
 
 // The rows' costs as the makespans count them: each plus the task's own cost.
@@ -93,6 +109,8 @@ std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const s
                      opt.token_cost, " is outside [0, 2^20]");
     KVCOMP_CHECK_ARG(opt.task_cost >= 0 && opt.task_cost <= 1 << 30, "build_decode_schedule: task_cost ",
                      opt.task_cost, " is outside [0, 2^30]");
+    KVCOMP_CHECK_ARG(opt.tail_percent >= 0 && opt.tail_percent <= 50, "build_decode_schedule: tail_percent ",
+                     opt.tail_percent, " is outside [0, 50]");
     ragged_heads_table(k_widths, v_widths);  // validates the widths
     KVCOMP_CHECK_ARG(!seq_lens.empty(), "build_decode_schedule: no requests");
     max_len = 0;
@@ -106,11 +124,14 @@ std::vector<int64_t> check_inputs(const std::vector<int64_t> & seq_lens, const s
     return d_sum;
 }
 
-// The rows of `tasks` in dispatch order (balanced: descending cost, equal costs in (b, c, token)
-// order so the list is reproducible), their tables, parts and (opt.stats) makespans.
+// The rows of `tasks` in dispatch order (balanced: descending cost, tail pieces after every full chunk,
+// equal costs in (b, c, token) order so the list is reproducible), their tables, parts and (opt.stats)
+// makespans.
 decode_schedule finish(std::vector<task> tasks, int64_t batch, int64_t n_kv, const decode_schedule_options & opt) {
     if (opt.policy == decode_policy::balanced)
-        std::stable_sort(tasks.begin(), tasks.end(), [](const task & x, const task & y) { return x.cost > y.cost; });
+        std::stable_sort(tasks.begin(), tasks.end(), [](const task & x, const task & y) {
+            return x.tail != y.tail ? y.tail : x.cost > y.cost;
+        });
     KVCOMP_CHECK_ARG(int64_t(tasks.size()) + batch * n_kv + 1 <= i32_max,
                      "build_decode_schedule: too many tasks for i32 arrays (", tasks.size(), ")");
 
@@ -121,7 +142,7 @@ decode_schedule finish(std::vector<task> tasks, int64_t batch, int64_t n_kv, con
     for (const task & t : tasks) {
         s.schedule.insert(s.schedule.end(), {int32_t(t.b), int32_t(t.c), int32_t(t.first), int32_t(t.end)});
         s.costs.push_back(t.cost);
-        ++s.parts[size_t(t.b * n_kv + t.c)];
+        if (!t.tail) ++s.parts[size_t(t.b * n_kv + t.c)];
     }
     // Merge table: per (b, c) its task numbers in token order (counting sort on (b, c), then by first).
     const int64_t n_lists = batch * n_kv;
@@ -208,7 +229,11 @@ decode_schedule build_decode_schedule(const std::vector<int64_t> & seq_lens,
                 tasks = std::move(cut);
             }
         }
-    return finish(std::move(tasks), batch, n_kv, opt);
+    if (opt.tail_percent == 0) return finish(std::move(tasks), batch, n_kv, opt);
+    // The search weighs full chunks only; the winner's chunk counts are cut again with their tails.
+    std::vector<int64_t> parts(size_t(batch * n_kv), 0);
+    for (const task & t : tasks) ++parts[size_t(t.b * n_kv + t.c)];
+    return schedule_with_parts(seq_lens, k_widths, v_widths, parts, opt);
 }
 
 decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const std::vector<int64_t> & k_widths,
@@ -223,8 +248,11 @@ decode_schedule schedule_with_parts(const std::vector<int64_t> & seq_lens, const
     for (int64_t b = 0; b < batch; ++b)
         for (int64_t c = 0; c < n_kv; ++c) {
             const int64_t n = seq_lens[size_t(b)];
-            if (n > 0)
-                cut_equal(b, c, n, std::clamp<int64_t>(parts[size_t(b * n_kv + c)], 1, n), d_sum[size_t(c)], tasks);
+            const int64_t p = std::clamp<int64_t>(parts[size_t(b * n_kv + c)], 1, std::max<int64_t>(1, n));
+            if (n > 0 && opt.policy == decode_policy::balanced)
+                cut_with_tail(b, c, n, p, d_sum[size_t(c)], opt.tail_percent, tasks);
+            else if (n > 0)
+                cut_equal(b, c, n, p, d_sum[size_t(c)], tasks);
         }
     return finish(std::move(tasks), batch, n_kv, opt);
 }

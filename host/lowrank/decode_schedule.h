@@ -16,7 +16,8 @@
 //             task also costing decode_schedule_options::task_cost) is kept (ties: fewer tasks)
 //             and its rows are put in descending cost. A GPU hands the
 //             next work-group to the first free compute unit, so descending order is LPT list
-//             scheduling.
+//             scheduling. With tail_percent, each row's last tokens become small pieces after every
+//             full chunk (decode_schedule_options::tail_percent).
 // Both cover each request's tokens exactly once per KV head; empty requests get no tasks (zeros).
 // A decoding engine calls this every step for lengths that grew by one token: the balanced search
 // (9 LPT schedules of every candidate cut) costs ~0.3 ms of host time per layer of distinct widths at
@@ -53,6 +54,12 @@ struct decode_schedule_options {
     // search's LPT makespans count it once per task, so it weighs more waves of smaller tasks against
     // their better-balanced tail; 0 leaves the choice to the tail alone. In [0, 2^30].
     int64_t task_cost = 0;
+    // Balanced: the share of each (request, KV head)'s tokens, in percent, cut off the end of its chunks
+    // into pieces of about a quarter chunk that follow every full chunk in the list. A GPU hands them to
+    // the compute units that finish first: its SMs do not stream at one rate (CUDA on an H200: the
+    // fastest ran a chunk in 0.75 x the slowest's time, docs/kernel_notes.md), which no static cut
+    // sees. 0 (default): none. In [0, 50].
+    int64_t tail_percent = 0;
     bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)
 };
 
@@ -61,7 +68,7 @@ struct decode_schedule {
     std::vector<int32_t> merge;     // i32 [batch * n_kv_heads + 1 + n_tasks]
     int64_t n_tasks = 0;
     std::vector<int64_t> costs;  // per schedule row, s_kv * (k_width + v_width + token_cost)
-    std::vector<int64_t> parts;  // chunks per (request, KV head), [batch * n_kv_heads] (b-major)
+    std::vector<int64_t> parts;  // full chunks per (request, KV head), [batch * n_kv_heads] (b-major; tail pieces not counted)
     // Predicted makespans in cost units on n_workers (each row's cost plus task_cost): the list
     // schedule of the rows in their order (what GPU dispatch does), LPT of the same tasks
     // (schedule_lpt) and the lower bound.

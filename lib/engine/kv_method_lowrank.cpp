@@ -388,6 +388,7 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
     opt.stats = false;
     opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
     opt.task_cost = std::max<int64_t>(c.task_cost, 0);  // auto (-1): the backend's, per layer (decode_schedule_inputs_for)
+    opt.tail_percent = c.tail_percent;
     return opt;
 }
 

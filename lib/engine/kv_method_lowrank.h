@@ -67,6 +67,9 @@ struct lowrank_method_config {
     // ... and its per-task cost (decode_schedule_options::task_cost); -1 (task_cost=auto): the
     // backend's (backend::decode_task_cost), asked per layer.
     int64_t task_cost = -1;
+    // ... and the share of each row's tokens cut into small pieces at the end of the task list
+    // (decode_schedule_options::tail_percent), in [0, 50].
+    int64_t tail_percent = 0;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to

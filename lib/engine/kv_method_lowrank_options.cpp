@@ -21,6 +21,9 @@
 //                        (backend::decode_task_cost: 16384 for CUDA's ragged decodes and for
 //                        OpenCL GPUs' at batch 1, else 0);
 //                        N in [0, 2^30]. Results agree up to rounding.
+//   tail=N               balanced schedule: N % of each (request, KV head)'s tokens cut into pieces
+//                        of about a quarter chunk after every full chunk (decode_schedule_options::
+//                        tail_percent); N in [0, 50], default 0. Results agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -65,6 +68,8 @@ lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_opt
     c.token_cost = r.auto_or_integer("token_cost", 0, 4096).value_or(-1);
     const bool task_cost_given = r.has("task_cost");
     c.task_cost = r.auto_or_integer("task_cost", 0, int64_t(1) << 30).value_or(-1);
+    const bool tail_given = r.has("tail");
+    c.tail_percent = r.integer("tail", 0, 0, 50);
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));
@@ -80,6 +85,8 @@ lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_opt
                      ": option token_cost only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(!task_cost_given || c.balanced_schedule, "method ", name,
                      ": option task_cost only applies with schedule=balanced");
+    KVCOMP_CHECK_ARG(!tail_given || c.balanced_schedule, "method ", name,
+                     ": option tail only applies with schedule=balanced");
     KVCOMP_CHECK_ARG(c.kv_bits == 16 || m != hl::lowrank_method::palu, "method ", name,
                      ": option kv_bits=", c.kv_bits,
                      " is not supported for palu (its latent K is reconstructed at full width "

@@ -317,6 +317,8 @@ TEST(lowrank_options, token_cost_and_policy_reach_the_decode_schedule) {
     EXPECT_EQ(opts({{"task_cost", "16384"}}).task_cost, 16384);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).task_cost, -1);
     EXPECT_EQ(opts({{"schedule", "plain"}}).policy, hl::decode_policy::plain);
+    EXPECT_EQ(opts({}).tail_percent, 0);
+    EXPECT_EQ(opts({{"tail", "20"}}).tail_percent, 20);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}, {"workers", "3"}}).worker_scale, 3);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).worker_scale, 0);
 }
@@ -350,6 +352,10 @@ TEST(lowrank_errors, bad_options_name_the_option) {
                            {"task_cost", "auto or an integer in [0, 1073741824]"});
     test::expect_error(make({{"calib", f}, {"schedule", "plain"}, {"task_cost", "64"}}), status::invalid_argument,
                        {"task_cost", "schedule=balanced"});
+    for (const char * c : {"-1", "51", "x"})
+        test::expect_error(make({{"calib", f}, {"tail", c}}), status::invalid_argument, {"tail"});
+    test::expect_error(make({{"calib", f}, {"schedule", "plain"}, {"tail", "20"}}), status::invalid_argument,
+                       {"tail", "schedule=balanced"});
     test::expect_error(make({{"calib", f}, {"prefill", "flash"}}), status::invalid_argument,
                        {"prefill=flash", "padded", "ragged"});
     test::expect_error(make({{"calib", f}, {"frobnicate", "1"}}), status::invalid_argument, {"frobnicate"});
