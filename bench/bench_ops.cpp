@@ -50,7 +50,7 @@ struct options {
     std::vector<int64_t> waves{4};  // ... and the balanced search's largest wave counts
     std::vector<int64_t> token_costs{-1};  // ... and its per-token cost; -1: the engine's default
     std::vector<int64_t> task_costs{-1};   // ... and its per-task cost; -1: the engine's default
-    std::vector<int64_t> tails{-1};        // ... and its tail percent; -1: the engine's default (0)
+    std::vector<int64_t> tails{-1};        // ... and its tail percent; -1: the engine's default
     std::vector<int64_t> page_sizes{16};   // pages of the fp16 and low-rank decode sweeps
     std::vector<bool> shuffle_pages{true};  // ... and their order (false: each request's pages contiguous)
     std::set<std::string> sweeps{"fp16", "quant", "lowrank"};  // decode sweeps to run
@@ -90,7 +90,8 @@ void usage() {
         "                    whatever its length; decode_schedule.h), or auto (default): the engine's\n"
         "                    (backend::decode_task_cost); rows of a given t end in _tkT before the profile\n"
         "  --tails L         low-rank balanced decodes: the schedule's tail percent (decode_schedule.h,\n"
-        "                    0-50), or auto (default): the engine's (0); rows of a given N end in _tlN\n"
+        "                    0-50), or auto (default): the engine's (backend::decode_tail_percent); rows\n"
+        "                    of a given N end in _tlN\n"
         "  --page-sizes L    page sizes in tokens of the fp16 and low-rank decode sweeps (default 16);\n"
         "                    rows of another size end in _pgN (decode_fp16_pgN, "
         "decode_lowrank_*_pgN_<profile>)\n"
@@ -190,13 +191,16 @@ op_params decode_params(const test::ragged_spec & rs, bool palu) {
     return p;
 }
 
-// The decode tasks the backend runs at once for such a case, and its per-task cost (the engine's
-// workers=auto and task_cost=auto).
+// The decode tasks the backend runs at once for such a case, its per-task cost and tail (the engine's
+// workers=auto, task_cost=auto and tail=auto).
 int64_t concurrent_decode_tasks(const backend & be, const test::ragged_spec & rs, bool palu) {
     return be.concurrent_workgroups(decode_params(rs, palu));
 }
 int64_t decode_task_cost(const backend & be, const test::ragged_spec & rs, bool palu) {
     return be.decode_task_cost(decode_params(rs, palu));
+}
+int64_t decode_tail_percent(const backend & be, const test::ragged_spec & rs, bool palu) {
+    return be.decode_tail_percent(decode_params(rs, palu));
 }
 
 bool parse(int argc, char ** argv, options & o) {
@@ -532,7 +536,7 @@ bool bench_device(const device_entry & dev, const options & o) {
                 // After the page format is set: auto is the engine's cost for it (64 for q4).
                 rs.token_cost = r.token_cost >= 0 ? r.token_cost : host::lowrank::default_token_cost(rs.bits);
                 rs.task_cost = r.task_cost >= 0 ? r.task_cost : decode_task_cost(*be, rs, r.kind == 2);
-                rs.tail_percent = std::max<int64_t>(r.tail, 0);
+                rs.tail_percent = r.tail >= 0 ? r.tail : decode_tail_percent(*be, rs, r.kind == 2);
                 rs.workers = r.scale > 0 ? std::max<int64_t>(1, dev.info.compute_units) * r.scale
                                          : concurrent_decode_tasks(*be, rs, r.kind == 2);
                 rs.policy = r.kind == 0 ? host::lowrank::decode_policy::plain

@@ -14,6 +14,10 @@ namespace kvcomp::host::lowrank {
 namespace {
 
 constexpr int64_t i32_max = std::numeric_limits<int32_t>::max();
+// The least cost of a tail piece (decode_schedule_options::tail_percent). CUDA on an H200 (f16 pages,
+// docs/data/bench_ops_tail_h200.csv): with a 10 % tail, pieces of ~16K cost (1 x 32K, half ranks)
+// took 1.05 x the time of no tail, pieces of 38K-341K 0.95-1.00 x.
+constexpr int64_t kMinTailPieceCost = 32768;
 
 struct task {
     int64_t b, c, first, end, cost;
@@ -31,15 +35,16 @@ void cut_equal(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, st
 }
 
 // Cuts [0, n) into `parts` equal chunks, less the last tail_percent % of the tokens, which become
-// pieces of about a quarter chunk (at least 64 tokens each) marked as tail.
+// pieces of about a quarter chunk marked as tail; none where a piece would cost less than
+// kMinTailPieceCost (its start then outweighs what it evens out).
 void cut_with_tail(int64_t b, int64_t c, int64_t n, int64_t parts, int64_t d_sum, int64_t tail_percent,
                    std::vector<task> & out) {
     const int64_t tail = n * tail_percent / 100;
     const int64_t bulk = n - tail;
-    if (tail < 64 || bulk < parts) return cut_equal(b, c, n, parts, d_sum, out);
+    const int64_t piece = bulk / std::max<int64_t>(1, parts) / 4;
+    if (tail == 0 || piece * d_sum < kMinTailPieceCost) return cut_equal(b, c, n, parts, d_sum, out);
     cut_equal(b, c, bulk, parts, d_sum, out);
-    const int64_t piece = std::max<int64_t>(64, bulk / parts / 4);
-    const int64_t pieces = std::max<int64_t>(1, (tail + piece / 2) / piece);
+    const int64_t pieces = std::max<int64_t>(1, tail / piece);  // each at least a piece
     const size_t at = out.size();
     cut_equal(b, c, tail, pieces, d_sum, out);
     for (size_t i = at; i < out.size(); ++i) out[i].first += bulk, out[i].end += bulk, out[i].tail = true;

@@ -55,9 +55,10 @@ struct decode_schedule_options {
     // their better-balanced tail; 0 leaves the choice to the tail alone. In [0, 2^30].
     int64_t task_cost = 0;
     // Balanced: the share of each (request, KV head)'s tokens, in percent, cut off the end of its chunks
-    // into pieces of about a quarter chunk that follow every full chunk in the list. A GPU hands them to
-    // the compute units that finish first: its SMs do not stream at one rate (CUDA on an H200: the
-    // fastest ran a chunk in 0.75 x the slowest's time, docs/kernel_notes.md), which no static cut
+    // into pieces of about a quarter chunk that follow every full chunk in the list (none for a row
+    // whose pieces would cost less than 32768: their starts outweigh what they even out). A GPU hands
+    // them to the compute units that finish first: its SMs do not stream at one rate (CUDA on an H200:
+    // the fastest ran a chunk in 0.75 x the slowest's time, docs/kernel_notes.md), which no static cut
     // sees. 0 (default): none. In [0, 50].
     int64_t tail_percent = 0;
     bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)

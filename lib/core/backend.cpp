@@ -27,4 +27,8 @@ int64_t backend::decode_task_cost(const op_params &) const {
     return 0;
 }
 
+int64_t backend::decode_tail_percent(const op_params &) const {
+    return 0;
+}
+
 }  // namespace kvcomp

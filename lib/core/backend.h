@@ -102,6 +102,11 @@ public:
     // the same where a (request, KV head) row has 16 compute units or more to itself (batch 1).
     virtual int64_t decode_task_cost(const op_params & params) const;
 
+    // The balanced decode schedule's tail in percent (decode_schedule_options::tail_percent): the share
+    // of each (request, KV head)'s tokens cut into small tasks at the end of the list, which the compute
+    // units that finish first take. Default 0. CUDA: 10 for the ragged decodes of f16 pages.
+    virtual int64_t decode_tail_percent(const op_params & params) const;
+
 protected:
     virtual void run_checked(const op_desc & op) = 0;  // op already validated
 };

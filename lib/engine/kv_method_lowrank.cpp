@@ -317,9 +317,10 @@ class lowrank_method : public kv_method {
             // (schedule_cut_reusable needs the same requests), so it is asked again then.
             if (sc.workers == 0 || sc.workers_batch != s.batch) {
                 const decode_schedule_inputs in = decode_schedule_inputs_for(c_, be, decode_params(L, s.batch));
-                sc.workers = in.workers, sc.task_cost = in.task_cost, sc.workers_batch = s.batch;
+                sc.workers = in.workers, sc.task_cost = in.task_cost, sc.tail_percent = in.tail_percent;
+                sc.workers_batch = s.batch;
             }
-            opt.n_workers = sc.workers, opt.task_cost = sc.task_cost;
+            opt.n_workers = sc.workers, opt.task_cost = sc.task_cost, opt.tail_percent = sc.tail_percent;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
                                hl::schedule_cut_reusable(sc.searched_lens, lens);
             hl::decode_schedule ds = reuse ? hl::schedule_with_parts(lens, L.k, L.v, sc.parts, opt)
@@ -352,7 +353,7 @@ class lowrank_method : public kv_method {
 
     struct step_schedule {
         // decode_schedule_inputs_for, asked again when the batch changes
-        int64_t workers = 0, workers_batch = 0, task_cost = 0;
+        int64_t workers = 0, workers_batch = 0, task_cost = 0, tail_percent = 0;
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
         // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.
@@ -388,7 +389,7 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
     opt.stats = false;
     opt.token_cost = c.token_cost >= 0 ? c.token_cost : host::lowrank::default_token_cost(c.kv_bits);
     opt.task_cost = std::max<int64_t>(c.task_cost, 0);  // auto (-1): the backend's, per layer (decode_schedule_inputs_for)
-    opt.tail_percent = c.tail_percent;
+    opt.tail_percent = std::max<int64_t>(c.tail_percent, 0);  // auto (-1): the backend's, per layer
     return opt;
 }
 
@@ -402,6 +403,7 @@ decode_schedule_inputs decode_schedule_inputs_for(const lowrank_method_config & 
     in.workers = c.worker_scale > 0 ? int64_t(std::max(1, be.info().compute_units)) * c.worker_scale
                                     : be.concurrent_workgroups(decode);
     in.task_cost = c.task_cost >= 0 ? c.task_cost : be.decode_task_cost(decode);
+    in.tail_percent = c.tail_percent >= 0 ? c.tail_percent : be.decode_tail_percent(decode);
     return in;
 }
 

@@ -68,8 +68,9 @@ struct lowrank_method_config {
     // backend's (backend::decode_task_cost), asked per layer.
     int64_t task_cost = -1;
     // ... and the share of each row's tokens cut into small pieces at the end of the task list
-    // (decode_schedule_options::tail_percent), in [0, 50].
-    int64_t tail_percent = 0;
+    // (decode_schedule_options::tail_percent), in [0, 50]; -1 (tail=auto): the backend's
+    // (backend::decode_tail_percent), asked per layer.
+    int64_t tail_percent = -1;
     bool prefill_balance =
         true;  // attn_prefill_ragged's per-head row blocks (attn_prefill_ragged_params::balanced)
     // Prompt attention: true runs attn_prefill (tensor cores on CUDA) on heads zero-padded to
@@ -94,9 +95,10 @@ host::lowrank::decode_schedule_options decode_schedule_options_for(const lowrank
 // What a layer's schedule search takes from the backend for the decode op the layer runs (`decode`:
 // attn_decode_ragged_params, or attn_decode_palu_params on palu's layers): the workers it is cut for
 // (workers=N: the compute units x N; auto: backend::concurrent_workgroups) and its per-task cost
-// (task_cost=N; auto: backend::decode_task_cost). The method asks again when the batch changes.
+// (task_cost=N; auto: backend::decode_task_cost) and tail (tail=N; auto: backend::decode_tail_percent).
+// The method asks again when the batch changes.
 struct decode_schedule_inputs {
-    int64_t workers = 0, task_cost = 0;
+    int64_t workers = 0, task_cost = 0, tail_percent = 0;
 };
 decode_schedule_inputs decode_schedule_inputs_for(const lowrank_method_config & c, backend & be,
                                                   const op_params & decode);

@@ -21,9 +21,11 @@
 //                        (backend::decode_task_cost: 16384 for CUDA's ragged decodes and for
 //                        OpenCL GPUs' at batch 1, else 0);
 //                        N in [0, 2^30]. Results agree up to rounding.
-//   tail=N               balanced schedule: N % of each (request, KV head)'s tokens cut into pieces
+//   tail=auto|N          balanced schedule: N % of each (request, KV head)'s tokens cut into pieces
 //                        of about a quarter chunk after every full chunk (decode_schedule_options::
-//                        tail_percent); N in [0, 50], default 0. Results agree up to rounding.
+//                        tail_percent); auto (default): the backend's (backend::decode_tail_percent:
+//                        10 for CUDA's ragged decodes of f16 pages, else 0); N in [0, 50]. Results
+//                        agree up to rounding.
 //   prefill=padded|ragged  prompt attention: padded runs the standard attn_prefill (tensor cores on
 //                        CUDA) on heads zero-padded to head_dim; ragged runs attn_prefill_ragged in
 //                        the reduced dims; results agree up to rounding
@@ -69,7 +71,7 @@ lowrank_method_config lowrank_config_from(hl::lowrank_method m, const method_opt
     const bool task_cost_given = r.has("task_cost");
     c.task_cost = r.auto_or_integer("task_cost", 0, int64_t(1) << 30).value_or(-1);
     const bool tail_given = r.has("tail");
-    c.tail_percent = r.integer("tail", 0, 0, 50);
+    c.tail_percent = r.auto_or_integer("tail", 0, 50).value_or(-1);
     c.prefill_balance = r.integer("prefill_balance", 1, 0, 1) == 1;
     c.padded_prefill = r.word("prefill", "padded", {"padded", "ragged"}) == "padded";
     c.kv_bits = std::stoi(r.word("kv_bits", "16", {"16", "4"}));

@@ -207,40 +207,47 @@ TEST(lowrank_decode_schedule, task_cost_weighs_each_task) {
     EXPECT_LE(large, 32) << "one wave of the 32 workers";
 }
 
-// tail_percent: the same search, each (request, KV head)'s last N % of tokens cut into pieces of about a
-// quarter chunk (>= 64 tokens) listed after every full chunk, so a GPU hands them to the compute units
-// that finish first; parts counts the full chunks, which schedule_with_parts cuts again the same way.
+// tail_percent: the same search, each (request, KV head)'s last N % of tokens cut into pieces of at least
+// a quarter chunk listed after every full chunk, so a GPU hands them to the compute units that finish
+// first; no pieces for a row where they would cost less than 32768 (their starts would outweigh them);
+// parts counts the full chunks, which schedule_with_parts cuts again the same way.
 TEST(lowrank_decode_schedule, tail_pieces_follow_every_full_chunk) {
     const std::vector<int64_t> lens = {32768, 20000, 100}, k = {32, 48, 64, 64, 80, 96, 112, 128},
                                v = {16, 32, 32, 48, 64, 64, 64, 80};
     decode_schedule_options o = opts(decode_policy::balanced, 132);
+    o.waves = 1;  // chunks of ~1 / 132 of the work: pieces of ~100K
     const decode_schedule none = build_decode_schedule(lens, k, v, o);
     o.tail_percent = 20;
     const decode_schedule s = build_decode_schedule(lens, k, v, o);
     expect_covers(s, lens, 8);
     EXPECT_EQ(s.parts, none.parts) << "the search weighs the full chunks alone";
+    const int64_t n_lists = 3 * 8;
     int64_t last_full = -1, first_tail = s.n_tasks, pieces = 0;
     for (int64_t t = 0; t < s.n_tasks; ++t) {
         const int32_t * r = &s.schedule[size_t(t) * 4];
-        const int64_t n = lens[size_t(r[0])], tail = n * 20 / 100;
-        const bool is_tail = tail >= 64 && r[2] >= n - tail;
-        if (is_tail) {
+        const int64_t list = r[0] * 8 + r[1], n = lens[size_t(r[0])], tail = n * 20 / 100;
+        const bool has_tail = s.merge[size_t(list + 1)] - s.merge[size_t(list)] > s.parts[size_t(list)];
+        const int64_t chunk = (n - tail) / s.parts[size_t(list)], d = k[size_t(r[1])] + v[size_t(r[1])] + 1;
+        if (has_tail && r[2] >= n - tail) {
             first_tail = std::min(first_tail, t), ++pieces;
-            const int64_t chunk = (n - tail) / s.parts[size_t(r[0] * 8 + r[1])];
-            EXPECT_GE(r[3] - r[2], 64) << "task " << t;
-            EXPECT_LE(r[3] - r[2], std::max<int64_t>(64, chunk / 4) * 3 / 2 + 1) << "task " << t;
+            EXPECT_GE(s.costs[size_t(t)], 32768) << "task " << t;
+            EXPECT_GE(r[3] - r[2], chunk / 4) << "task " << t;
+            EXPECT_LT(r[3] - r[2], chunk / 2 + 1) << "task " << t;
         } else {
             last_full = t;
-            EXPECT_LE(r[3], n - (tail >= 64 ? tail : 0)) << "a full chunk ends where the tail starts";
+            if (has_tail) EXPECT_LE(r[3], n - tail) << "a full chunk ends where the tail starts";
+            else EXPECT_LT(chunk / 4 * d, 32768) << "a row without tail pieces would have had small ones";
         }
     }
     EXPECT_GT(pieces, 0);
     EXPECT_LT(last_full, first_tail) << "every tail piece after every full chunk";
     EXPECT_EQ(s.n_tasks, none.n_tasks + pieces);
+    EXPECT_EQ(s.merge.size(), size_t(n_lists + 1 + s.n_tasks));
     EXPECT_EQ(schedule_with_parts(lens, k, v, s.parts, o).schedule, s.schedule);
     o.policy = decode_policy::plain;
-    EXPECT_EQ(build_decode_schedule(lens, k, v, o).schedule,
-              build_decode_schedule(lens, k, v, opts(decode_policy::plain, 132)).schedule)
+    decode_schedule_options plain = opts(decode_policy::plain, 132);
+    plain.waves = 1;
+    EXPECT_EQ(build_decode_schedule(lens, k, v, o).schedule, build_decode_schedule(lens, k, v, plain).schedule)
         << "plain has no tail";
     expect_error(
         [&] {

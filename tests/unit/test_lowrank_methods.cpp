@@ -317,8 +317,9 @@ TEST(lowrank_options, token_cost_and_policy_reach_the_decode_schedule) {
     EXPECT_EQ(opts({{"task_cost", "16384"}}).task_cost, 16384);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).task_cost, -1);
     EXPECT_EQ(opts({{"schedule", "plain"}}).policy, hl::decode_policy::plain);
-    EXPECT_EQ(opts({}).tail_percent, 0);
+    EXPECT_EQ(opts({}).tail_percent, 0) << "auto: the backend's, asked per layer by the engine";
     EXPECT_EQ(opts({{"tail", "20"}}).tail_percent, 20);
+    EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).tail_percent, -1);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}, {"workers", "3"}}).worker_scale, 3);
     EXPECT_EQ(engine::lowrank_config_from(hl::lowrank_method::zack, {{"calib", "f"}}).worker_scale, 0);
 }

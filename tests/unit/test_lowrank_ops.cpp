@@ -499,6 +499,12 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
         attn_decode_palu_params q;
         q.kv = p.kv, q.n_q_heads = 32, q.head_dim = 128, q.rot_dim = 128, q.batch = 1;
         EXPECT_EQ(be->decode_task_cost(q), 0) << "Palu";
+        // ... and its tail (the engine's tail=auto): CUDA's ragged decodes of f16 pages 10 %, else 0.
+        p.kv.bits = 16;
+        EXPECT_EQ(be->decode_tail_percent(p), be->info().api == "CUDA" ? 10 : 0) << "ragged decode, f16 pages";
+        p.kv.bits = 4;
+        EXPECT_EQ(be->decode_tail_percent(p), 0) << "ragged decode, q4 pages";
+        EXPECT_EQ(be->decode_tail_percent(q), 0) << "Palu";
     }
     if (be->info().api == "OpenCL" && be->info().is_gpu) {
         attn_decode_palu_params p;
@@ -518,9 +524,10 @@ TEST_P(lowrank_ops, concurrent_decode_tasks_are_the_resident_work_groups) {
 }
 
 // What the low-rank methods' per-step schedule search gets from this backend (the method calls
-// engine::decode_schedule_inputs_for for every layer and batch): with workers=auto and task_cost=auto
-// the backend's answers for the layer's decode op (the ragged decode, Palu's on its layers), with
-// workers=N / task_cost=N the given ones. On GPUs auto differs from task_cost=0 at batch 1, so the search sees it.
+// engine::decode_schedule_inputs_for for every layer and batch): with workers=auto, task_cost=auto and
+// tail=auto the backend's answers for the layer's decode op (the ragged decode, Palu's on its layers),
+// with workers=N / task_cost=N / tail=N the given ones. On GPUs auto differs from task_cost=0 at batch 1,
+// so the search sees it.
 TEST_P(lowrank_ops, engine_schedule_search_takes_the_backends_workers_and_task_cost) {
     auto config = [](engine::method_options o) {
         o["calib"] = "any.safetensors";  // parsing only
@@ -539,10 +546,12 @@ TEST_P(lowrank_ops, engine_schedule_search_takes_the_backends_workers_and_task_c
             const engine::decode_schedule_inputs a = engine::decode_schedule_inputs_for(config({}), *be, p);
             EXPECT_EQ(a.workers, be->concurrent_workgroups(p)) << what << ", batch " << batch;
             EXPECT_EQ(a.task_cost, be->decode_task_cost(p)) << what << ", batch " << batch;
+            EXPECT_EQ(a.tail_percent, be->decode_tail_percent(p)) << what << ", batch " << batch;
             const engine::decode_schedule_inputs n = engine::decode_schedule_inputs_for(
-                config({{"workers", "3"}, {"task_cost", "777"}}), *be, p);
+                config({{"workers", "3"}, {"task_cost", "777"}, {"tail", "7"}}), *be, p);
             EXPECT_EQ(n.workers, 3 * cu) << what;
             EXPECT_EQ(n.task_cost, 777) << what;
+            EXPECT_EQ(n.tail_percent, 7) << what;
             EXPECT_EQ(engine::decode_schedule_inputs_for(config({{"task_cost", "0"}}), *be, p).task_cost, 0) << what;
         }
     }
