@@ -258,13 +258,14 @@ class cuda_backend : public backend {
         return backend::decode_task_cost(params);
     }
 
-    // The balanced search's tail for the ragged decodes of f16 pages. Per-block stamps (visit 150:
-    // docs/kernel_notes.md) showed the SMs of an H200 streaming a chunk in 0.75-1.0 x the slowest's time,
-    // so a static cut leaves SMs idle for 10-20 % of a decode's span; small tasks at the end of the list
-    // go to the SMs that finish first. A 10 % tail took 0.95-1.00 x the time of none wherever its
-    // pieces cost at least 32768 (1 x 128K, 4 x 32K-128K, 16 x 32K-128K at the half- and 70 %-rank
-    // profiles; the floor keeps 1 x 32K's smaller pieces out), 20 % was no better (two passes,
-    // docs/data/bench_ops_tail_h200.csv, visit 151). q4 pages were not measured: 0.
+    // The balanced search's tail for the ragged decodes of f16 pages. Per-block stamps (visit 150,
+    // docs/RESULTS.md "block by block") showed an H200's fastest SM running its blocks in 0.70-0.83 x the
+    // slowest's mean time, so a static cut of equal costs leaves the slots idle for 10-20 % of a decode's
+    // span; small tasks at the end of the list go to the SMs that free first. A 10 % tail took 0.95-1.00 x
+    // the time of none wherever its pieces cost at least 32768 (1 x 128K, 4 x 32K-128K, 16 x 32K-128K at
+    // the half- and 70 %-rank profiles), 20 % was no better (docs/data/bench_ops_tail_h200.csv, visit 151);
+    // with the floor that keeps 1 x 32K's smaller pieces out, 0.935-0.985 x at those points
+    // (bench_ops_tail_rule_h200.csv, visit 152; two passes each). q4 pages were not measured: 0.
     int64_t decode_tail_percent(const op_params & params) const override {
         constexpr int64_t kRaggedDecodeTail = 10;
         if (const auto * p = std::get_if<attn_decode_ragged_params>(&params))

@@ -58,8 +58,8 @@ struct decode_schedule_options {
     // into pieces of about a quarter chunk that follow every full chunk in the list (none for a row
     // whose pieces would cost less than 32768: their starts outweigh what they even out). A GPU hands
     // them to the compute units that finish first: its SMs do not stream at one rate (CUDA on an H200:
-    // the fastest ran a chunk in 0.75 x the slowest's time, docs/kernel_notes.md), which no static cut
-    // sees. 0 (default): none. In [0, 50].
+    // the fastest SM's mean block time 0.70-0.83 x the slowest's, the same SMs fastest call after call;
+    // docs/RESULTS.md "block by block"), which no static cut sees. 0 (default): none. In [0, 50].
     int64_t tail_percent = 0;
     bool stats = true;  // fill the makespan fields (three more list schedules; tests and benches)
 };

@@ -42,6 +42,7 @@ from launch_section import launch_section  # noqa: E402
 from decode_cost_section import decode_cost_section  # noqa: E402
 from task_cost_section import SOURCES as TASK_COST_E2E, task_cost_section  # noqa: E402
 from task_cost_ocl_section import SOURCES as TASK_COST_OCL_E2E, task_cost_ocl_section  # noqa: E402
+from tail_section import tail_section  # noqa: E402
 from schedule_section import E2E_SOURCES as WORKERS_E2E_SOURCES  # noqa: E402
 from results_data import commits_in_order, load_results, method_label, num, opts, provenance, read_dicts  # noqa: E402
 
@@ -335,6 +336,7 @@ if quant:
     out += decode_cost_section(d)
     out += task_cost_section(d)
     out += task_cost_ocl_section(d)
+    out += tail_section(d)
 
 # bench_e2e.csv in either schema: one dict per point with the legacy column names the table uses.
 _e2e = {}
