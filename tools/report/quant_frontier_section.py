@@ -9,19 +9,18 @@ and "≥ 4.5× at ≥ 99 %"), from
   eval_quant_probes512_h200.csv      visit 145: probe_recent 0.1 / 0.2 / 0.3 over r and the block
 Every number is read from those files; nothing is typed here.
 """
-from quant_heldout_section import SOURCES as HELDOUT, quant_heldout_section
 from results_data import provenance
 
 SOURCE = "eval_quant_lines512_fine_h200.csv"
 OPTIONS = ("eval_quant_options512_h200.csv", "eval_quant_probes512_h200.csv")
-SOURCES = (SOURCE,) + OPTIONS + HELDOUT
+SOURCES = (SOURCE,) + OPTIONS
 
 
 def _opts(r):
     return dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
 
 
-def _label(r):
+def point_label(r):
     o = _opts(r)
     if r["method"] == "zipcache":
         extra = "".join(f" {k}={v}" for k, v in sorted(o.items()) if k not in ("ratio", "block"))
@@ -33,7 +32,7 @@ def _ratio(r):
     return float(r["compression_ratio"])
 
 
-def _is_kivi2(r):
+def is_kivi2(r):
     return r["method"] == "kivi" and _opts(r).get("bits") == "2"
 
 
@@ -52,20 +51,20 @@ def _versus_kivi(pts, ex):
     """Per KIVI-2 point: the best ZipCache point at no more bytes, and the nearest one with more."""
     out = []
     zips = [r for r in pts if r["method"] == "zipcache"]
-    for k in sorted((r for r in pts if _is_kivi2(r)), key=_ratio, reverse=True):
+    for k in sorted((r for r in pts if is_kivi2(r)), key=_ratio, reverse=True):
         kb, kv = float(k["kv_bytes"]), float(k["value"])
-        text = f"{_label(k)} scores {kv:.3f} at {_ratio(k):.2f}×"
+        text = f"{point_label(k)} scores {kv:.3f} at {_ratio(k):.2f}×"
         fewer = [z for z in zips if float(z["kv_bytes"]) <= kb]
         if fewer:
             z = max(fewer, key=lambda r: (float(r["value"]), _ratio(r)))
             d = round((float(z["value"]) - kv) * ex)
-            text += (f"; the best ZipCache point at no more bytes, {_label(z)} ({_ratio(z):.2f}×), scores "
+            text += (f"; the best ZipCache point at no more bytes, {point_label(z)} ({_ratio(z):.2f}×), scores "
                      f"{float(z['value']):.3f}: {abs(d)} {'more' if d >= 0 else 'fewer'} of the {ex} examples")
         more = [z for z in zips if float(z["kv_bytes"]) > kb]
         if more:
             z = min(more, key=lambda r: float(r["kv_bytes"]))
             d = round((float(z["value"]) - kv) * ex)
-            text += (f"; the ZipCache point with the fewest bytes above it, {_label(z)} "
+            text += (f"; the ZipCache point with the fewest bytes above it, {point_label(z)} "
                      f"({float(z['kv_bytes']) / kb - 1:.1%} more bytes), {float(z['value']):.3f}: {abs(d)} "
                      f"{'more' if d >= 0 else 'fewer'}")
         out.append(text)
@@ -85,7 +84,7 @@ def _options(rows, grid):
            "grid's point of the same r and block with the default options (above).", ""]
     for ctx, pts in _by_context(rows, lambda r: r["method"] == "zipcache"):
         ctx_grid = [g for g in grid if int(g["context"]) == ctx]
-        kivi = [g for g in ctx_grid if _is_kivi2(g) and "residual" not in _opts(g)]
+        kivi = [g for g in ctx_grid if is_kivi2(g) and "residual" not in _opts(g)]
         out += [f"Line retrieval at {ctx} tokens" + (f" (KIVI-2: {float(kivi[0]['value']):.3f} at "
                                                      f"{_ratio(kivi[0]):.2f}×)" if kivi else "") + ":", "",
                 "| method | × smaller | exact match | / none | default options, same r and block |", "|---|---|---|---|---|"]
@@ -94,19 +93,19 @@ def _options(rows, grid):
             same = [g for g in ctx_grid if g["method"] == "zipcache" and _opts(g).get("ratio") == o["ratio"]
                     and _opts(g).get("block", "100") == o.get("block", "100") and not (set(_opts(g)) - {"ratio", "block"})]
             v, b = float(r["value"]), float(r["baseline_value"])
-            out.append(f"| {_label(r)} | {_ratio(r):.2f} | {v:.3f} | {v / b:.3f} | "
+            out.append(f"| {point_label(r)} | {_ratio(r):.2f} | {v:.3f} | {v / b:.3f} | "
                        + (f"{float(same[0]['value']):.3f}" if same else "–") + " |")
         notes = []
         at45 = [r for r in pts if _ratio(r) >= 4.5]
         if at45:
             best = max(at45, key=lambda r: float(r["value"]))
-            notes.append(f"At {ctx}, the best of these at ≥ 4.5× is {_label(best)} ({_ratio(best):.2f}×), "
+            notes.append(f"At {ctx}, the best of these at ≥ 4.5× is {point_label(best)} ({_ratio(best):.2f}×), "
                          f"{float(best['value']) / float(best['baseline_value']):.3f} of none (target ≥ 0.99).")
         fewer = [r for r in pts if kivi and float(r["kv_bytes"]) <= float(kivi[0]["kv_bytes"])]
         if fewer:
             k, z = kivi[0], max(fewer, key=lambda r: float(r["value"]))
             d = round((float(z["value"]) - float(k["value"])) * ex)
-            notes.append(f"At no more bytes than KIVI-2 the best of them is {_label(z)} ({_ratio(z):.2f}×, "
+            notes.append(f"At no more bytes than KIVI-2 the best of them is {point_label(z)} ({_ratio(z):.2f}×, "
                          f"{float(z['value']):.3f}): {abs(d)} {'more' if d >= 0 else 'fewer'} of the {ex} examples.")
         if notes:
             out += ["", " ".join(notes)]
@@ -132,7 +131,7 @@ def quant_frontier_section(results):
                 "| method | KV bytes | × smaller | exact match | / none | ≥ 0.99 of none |", "|---|---|---|---|---|---|"]
         for r in pts:
             v, b = float(r["value"]), float(r["baseline_value"])
-            out.append(f"| {_label(r)} | {int(float(r['kv_bytes']))} | {_ratio(r):.2f} | {v:.3f} | {v / b:.3f} | "
+            out.append(f"| {point_label(r)} | {int(float(r['kv_bytes']))} | {_ratio(r):.2f} | {v:.3f} | {v / b:.3f} | "
                        f"{'yes' if v >= 0.99 * b else 'no'} |")
         out.append("")
         zips = [r for r in pts if r["method"] == "zipcache"]
@@ -141,10 +140,10 @@ def quant_frontier_section(results):
         summary = [f"At {ctx}: " + "; ".join(_versus_kivi(pts, ex)) + "."]
         if best45:
             b = float(best45["baseline_value"])
-            summary.append(f"The best ZipCache point at ≥ 4.5× is {_label(best45)} ({_ratio(best45):.2f}×) at "
+            summary.append(f"The best ZipCache point at ≥ 4.5× is {point_label(best45)} ({_ratio(best45):.2f}×) at "
                            f"{float(best45['value']) / b:.3f} of none (target ≥ 0.99).")
         keep = [z for z in zips if float(z["value"]) >= 0.99 * float(z["baseline_value"])]
-        summary.append(f"The most compressed ZipCache point keeping ≥ 99 % of none: {_label(max(keep, key=_ratio))}"
+        summary.append(f"The most compressed ZipCache point keeping ≥ 99 % of none: {point_label(max(keep, key=_ratio))}"
                        if keep else "No ZipCache point keeps ≥ 99 % of none.")
         causal = [z for z in zips if _opts(z).get("nnz") == "causal"]
         pairs = []
@@ -167,7 +166,6 @@ def quant_frontier_section(results):
                 "| method | × smaller | perplexity | none / method |", "|---|---|---|---|"]
         for r in ppl:
             v, b = float(r["value"]), float(r["baseline_value"])
-            out.append(f"| {_label(r)} | {_ratio(r):.2f} | {v:.3f} | {b / v:.3f} |")
+            out.append(f"| {point_label(r)} | {_ratio(r):.2f} | {v:.3f} | {b / v:.3f} |")
         out.append("")
-    return (out + _options([r for r in results if r["source"] in OPTIONS and r["task"] == "line_retrieval"], lines)
-            + quant_heldout_section(results))
+    return out + _options([r for r in results if r["source"] in OPTIONS and r["task"] == "line_retrieval"], lines)

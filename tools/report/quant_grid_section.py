@@ -17,6 +17,7 @@ Every number is read from those files; nothing is typed here.
 import os
 
 from quant_frontier_section import SOURCES as FRONTIER, quant_frontier_section
+from quant_heldout_section import SOURCES as HELDOUT, quant_heldout_section
 from results_data import provenance
 
 SOURCE = "eval_quant_grid_paged_h200.csv"
@@ -24,7 +25,7 @@ LINES512 = "eval_quant_lines512_h200.csv"
 ROW_WINDOW = "eval_quant_grid_h200.csv"
 BLOCKS_CPU = "eval_zipcache_blocks_cpu.csv"
 SEED2_CPU = "eval_zipcache_kivi_seed2_cpu.csv"
-SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU) + FRONTIER
+SOURCES = (SOURCE, LINES512, ROW_WINDOW, BLOCKS_CPU, SEED2_CPU) + FRONTIER + HELDOUT
 
 
 def _opts(r):
@@ -243,6 +244,7 @@ def quant_grid_section(results):
     out += _line_retrieval(lr)
     out += _lines512([r for r in results if r["source"] == LINES512])
     out += quant_frontier_section(results)
+    out += quant_heldout_section(results)
     out += _blocks_cpu([r for r in results if r["source"] == BLOCKS_CPU], lr)
     out += _seed2_cpu([r for r in results if r["source"] == SEED2_CPU],
                       [r for r in results if r["source"] == BLOCKS_CPU and r["task"] == "line_retrieval"] + lr)

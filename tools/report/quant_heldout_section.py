@@ -9,25 +9,11 @@ Every number is read from those files; nothing is typed here.
 """
 import math
 
+from quant_frontier_section import is_kivi2, point_label
 from results_data import provenance
 
 SEEDS = range(1, 7)
 SOURCES = tuple(f"eval_quant_kivi_bytes512_s{s}_h200.csv" for s in SEEDS)
-
-
-def _opts(r):
-    return dict(kv.split("=", 1) for kv in r["method_opts"].split(";") if "=" in kv)
-
-
-def _label(r):
-    o = _opts(r)
-    if r["method"] == "zipcache":
-        return f"zipcache r={o['ratio']} block={o['block']} probe_recent={o['probe_recent']}"
-    return r["method"] + "".join(f" {k}={v}" for k, v in sorted(o.items()))
-
-
-def _is_kivi2(r):
-    return r["method"] == "kivi" and _opts(r).get("bits") == "2"
 
 
 def _se(p, q, n):
@@ -53,8 +39,8 @@ def quant_heldout_section(results):
         at = {}
         for r in rows:
             if int(r["context"]) == ctx:
-                at.setdefault(_label(r), {})[int(r["seed"])] = r
-        kivi = next(v for k, v in at.items() if _is_kivi2(next(iter(v.values()))))
+                at.setdefault(point_label(r), {})[int(r["seed"])] = r
+        kivi = next(v for k, v in at.items() if is_kivi2(next(iter(v.values()))))
         kb = float(kivi[1]["kv_bytes"])
         fewer = {k: v for k, v in at.items() if v[1]["method"] == "zipcache" and float(v[1]["kv_bytes"]) <= kb}
         chosen = max(fewer, key=lambda k: float(fewer[k][1]["value"]))
