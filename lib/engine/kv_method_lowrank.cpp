@@ -315,10 +315,10 @@ class lowrank_method : public kv_method {
             }
             // The backend's answer may depend on the batch (OpenCL); a new batch is searched anew
             // (schedule_cut_reusable needs the same requests), so it is asked again then.
-            if (sc.workers == 0 || sc.workers_batch != s.batch) {
+            if (sc.workers == 0 || sc.inputs_batch != s.batch) {
                 const decode_schedule_inputs in = decode_schedule_inputs_for(c_, be, decode_params(L, s.batch));
                 sc.workers = in.workers, sc.task_cost = in.task_cost, sc.tail_percent = in.tail_percent;
-                sc.workers_batch = s.batch;
+                sc.inputs_batch = s.batch;
             }
             opt.n_workers = sc.workers, opt.task_cost = sc.task_cost, opt.tail_percent = sc.tail_percent;
             const bool reuse = opt.policy == hl::decode_policy::balanced && !sc.parts.empty() &&
@@ -353,7 +353,7 @@ class lowrank_method : public kv_method {
 
     struct step_schedule {
         // decode_schedule_inputs_for, asked again when the batch changes
-        int64_t workers = 0, workers_batch = 0, task_cost = 0, tail_percent = 0;
+        int64_t workers = 0, inputs_batch = 0, task_cost = 0, tail_percent = 0;
         int64_t n_tasks = 0;
         size_t schedule_at = 0, merge_at = 0;  // i32 elements into sched_buf_
         // Balanced, layers owning a schedule: the chunk counts of the last search and its lengths.

@@ -15,6 +15,7 @@ import os
 import re
 
 from results_data import read_dicts
+from task_cost_section import decode_cells
 
 TIMELINES = (("b1_32K", 1, 32768), ("b1_128K", 1, 131072), ("b16_32K", 16, 32768))
 OFF_AB = "bench_ops_timeline_off_ab_h200.csv"
@@ -119,18 +120,6 @@ def _off_ab(data_dir):
         "(`-DKVCOMP_CUDA_TIMELINE=ON`); the default build compiles them to nothing.")
 
 
-def _tail_cells(rows):
-    """(backend, profile, batch, context, tail or -1 for auto) -> (mean ms, fraction, tasks)."""
-    runs = collections.defaultdict(list)
-    for r in rows:
-        m = re.match(r"decode_lowrank_balanced_(?:tl(\d+)_)?(p\d+)$", r["op"])
-        if not m or not r["time_ms"]:
-            continue
-        runs[(r["backend"], m.group(2), int(r["batch"]), int(r["context"]), int(m.group(1) or -1))].append(
-            (float(r["time_ms"]), float(r["fraction_of_copy"]), re.search(r"tasks=(\d+)", r["shape"]).group(1)))
-    return {k: (sum(x[0] for x in v) / len(v), sum(x[1] for x in v) / len(v), v[0][2]) for k, v in runs.items()}
-
-
 def _piece_cost(rows):
     """The schedule cost of a quarter of one task of the 1 x 32K p50 row at tail 0: context x sum(k + v + 1)
     over the KV heads / tasks / 4 (decode_schedule.h's units at token cost 1)."""
@@ -153,7 +142,7 @@ def _tail_table(cells, tails, label):
         ratios = {t: got[t][0] / got[0][0] for t in tails if t != 0}
         for t, x in ratios.items():
             geo[(k[0], t, k[2])].append(math.log(x))
-        out.append(f"| {k[0]} | ragged f16, balanced {k[1]} | {k[2]} | {k[3]} | "
+        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | "
                    + " | ".join(f"{c[0]:.4f} ({c[1]:.2f}) [{c[2]}]" for c in got.values()) + " | "
                    + " | ".join(f"{x:.3f}×" for x in ratios.values()) + " |")
     return out, {k: math.exp(sum(v) / len(v)) for k, v in geo.items()}
@@ -162,8 +151,8 @@ def _tail_table(cells, tails, label):
 def tail_section(data_dir):
     table, tl = _timelines(data_dir)
     sweep_rows = read_dicts(os.path.join(data_dir, SWEEP))
-    sweep = _tail_cells(sweep_rows)
-    rule = _tail_cells(read_dicts(os.path.join(data_dir, RULE)))
+    sweep = decode_cells(sweep_rows, "tl")
+    rule = decode_cells(read_dicts(os.path.join(data_dir, RULE)), "tl")
     if not table or not sweep or not rule:
         return []
     t1, g1 = _tail_table(sweep, (0, 10, 20), lambda t: f"tail {t} %")

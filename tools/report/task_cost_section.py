@@ -24,14 +24,15 @@ SOURCES = (E2E,)
 COSTS = (0, 4096, 16384, 65536)
 
 
-def decode_cells(rows):
-    """(backend, rows label, batch, context, T) -> (mean ms, mean fraction of copy, tasks, runs); T is -1 for the
-    rows without _tkT (the backend's task_cost=auto)."""
+def decode_cells(rows, suffix="tk"):
+    """(backend, rows label, batch, context, N) -> (mean ms, mean fraction of copy, tasks, runs) of the balanced
+    rows named ..._<suffix>N_<profile> (suffix tk: the per-task cost, tl: the tail); N is -1 for the rows without
+    it (the backend's auto)."""
     runs = collections.defaultdict(list)
     for r in rows:
         if r["op"] == "copy_bw" or not r["time_ms"]:
             continue
-        m = re.match(r"(decode_lowrank_(?:q4_)?balanced)(?:_tk(\d+))?_(p\d+)$", r["op"])
+        m = re.match(rf"(decode_lowrank_(?:q4_)?balanced)(?:_{suffix}(\d+))?_(p\d+)$", r["op"])
         if not m:
             continue
         label = " ".join(p for p in row_label(f"{m.group(1)}_{m.group(3)}") if p)
